@@ -1,0 +1,129 @@
+public import ILSCore
+import ILSProxy
+public import Logging
+public import NIOCore
+import NIOExtras
+public import NIOPosix
+import NIOSSL
+import NIOConcurrencyHelpers
+public import ServiceLifecycle
+
+/// The HTTP-mode gateway: accepts TCP connections, terminates TLS, and hands each connection to the proxy core.
+///
+/// As a `Service` it binds, serves until graceful shutdown is requested (SIGTERM/SIGINT through the service
+/// group), then stops accepting, lets in-flight requests finish for up to the drain timeout, and closes the rest.
+public final class HTTPModeServer: Service, Sendable {
+    private let configuration: HTTPModeConfiguration
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let core: ProxyCore
+    private let tlsContext: NIOSSLContext?
+    private let children = ChildChannelRegistry()
+    private let state = NIOLockedValueBox<(channel: (any Channel)?, quiesce: ServerQuiescingHelper?)>((nil, nil))
+
+    /// Reads the TLS files now, so a bad certificate fails the command before anything listens.
+    public init(
+        configuration: HTTPModeConfiguration,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) throws(ILSError) {
+        self.configuration = configuration
+        self.group = group
+        self.logger = logger
+        self.core = ProxyCore(configuration: configuration.proxy, logger: logger)
+        self.tlsContext = try configuration.tls.map { files throws(ILSError) in try TLSServerContext.make(files) }
+    }
+
+    /// Binds the listening socket and starts accepting. Returns the bound address (useful with port 0).
+    public func start() async throws(ILSError) -> SocketAddress {
+        let quiesce = ServerQuiescingHelper(group: group)
+        let core = self.core
+        let tlsContext = self.tlsContext
+        let children = self.children
+        let scheme: ClientContext.Scheme = tlsContext == nil ? .http : .https
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
+                }
+            }
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    children.add(channel)
+                    let pipeline = channel.pipeline.syncOperations
+                    if let tlsContext {
+                        try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
+                    }
+                    try core.configureClientPipeline(
+                        pipeline,
+                        client: ClientContext(remoteAddress: channel.remoteAddress, scheme: scheme)
+                    )
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: configuration.listen.host, port: configuration.listen.port).get()
+        } catch {
+            throw ILSError(
+                .unavailable,
+                "could not listen on \(configuration.listen): \(error)",
+                detail: "\(error)"
+            )
+        }
+        state.withLockedValue { $0 = (channel, quiesce) }
+        guard let address = channel.localAddress else {
+            throw ILSError(.internalError, "the listening socket has no local address")
+        }
+        return address
+    }
+
+    /// Stops accepting, lets open requests finish for up to the drain timeout, then closes every connection.
+    public func shutdown() async {
+        guard let quiesce = state.withLockedValue({ $0.quiesce }) else { return }
+        state.withLockedValue { $0 = (nil, nil) }
+        let eventLoop = group.next()
+        let drained = eventLoop.makePromise(of: Void.self)
+        let children = self.children
+        let deadline = eventLoop.scheduleTask(in: configuration.drainTimeout.timeAmountValue) {
+            children.closeAll()
+        }
+        if children.count > 0 {
+            logger.info("draining connections", metadata: ["open": "\(children.count)",
+                                                             "deadline": "\(configuration.drainTimeout)"])
+        }
+        quiesce.initiateShutdown(promise: drained)
+        try? await drained.futureResult.get()
+        deadline.cancel()
+    }
+
+    public func run() async throws {
+        let address = try await start()
+        let scheme = tlsContext == nil ? "http" : "https"
+        logger.info(
+            "serving HTTP mode",
+            metadata: [
+                "listen": "\(scheme)://\(address.displayString)",
+                "backend": "\(configuration.proxy.backend)",
+            ]
+        )
+        try? await gracefulShutdown()
+        logger.info("shutting down")
+        await shutdown()
+        logger.info("stopped")
+    }
+}
+
+extension TimeSpan {
+    var timeAmountValue: TimeAmount { .nanoseconds(nanoseconds) }
+}
+
+extension SocketAddress {
+    /// `127.0.0.1:8443` or `[::1]:8443`.
+    public var displayString: String {
+        guard let ip = ipAddress, let port else { return "\(self)" }
+        return ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+    }
+}

@@ -1,0 +1,166 @@
+import ILSCore
+public import NIOCore
+import NIOConcurrencyHelpers
+import NIOHTTP1
+import NIOPosix
+
+/// The bounded pool of keep-alive HTTP/1.1 connections to the backend, one sub-pool per event loop.
+///
+/// A request is always served by a backend connection on its client's event loop, so the two channels of an
+/// exchange never hop threads to pass a chunk (the "pair the two channels on one event loop" rule of the data path).
+/// The connection limit is split evenly between the loops.
+public final class BackendPool: Sendable {
+    private let configuration: ProxyConfiguration
+    private let loopPools: NIOLockedValueBox<[ObjectIdentifier: NIOLoopBound<LoopBackendPool>]>
+    private let perLoopLimit: Int
+
+    public init(configuration: ProxyConfiguration, loopCount: Int = System.coreCount) {
+        self.configuration = configuration
+        self.loopPools = NIOLockedValueBox([:])
+        let loops = max(1, loopCount)
+        self.perLoopLimit = max(1, (configuration.backendMaxConnections + loops - 1) / loops)
+    }
+
+    /// The sub-pool of `eventLoop`. Call on that event loop; keep the result for the life of the connection.
+    func pool(for eventLoop: any EventLoop) -> LoopBackendPool {
+        eventLoop.preconditionInEventLoop()
+        let key = ObjectIdentifier(eventLoop as AnyObject)
+        return loopPools.withLockedValue { pools in
+            if let existing = pools[key] { return existing.value }
+            let created = LoopBackendPool(
+                eventLoop: eventLoop,
+                configuration: configuration,
+                limit: perLoopLimit
+            )
+            pools[key] = NIOLoopBound(created, eventLoop: eventLoop)
+            return created
+        }
+    }
+}
+
+/// The connections of one event loop. Confined to that loop; never shared.
+final class LoopBackendPool {
+    typealias LeaseCallback = (Result<BackendHandler, ProxyError>) -> Void
+
+    private struct Waiter {
+        let id: Int
+        let callback: LeaseCallback
+        let timeout: Scheduled<Void>
+    }
+
+    private let eventLoop: any EventLoop
+    private let configuration: ProxyConfiguration
+    private let limit: Int
+    private var idle: [(connection: BackendHandler, timer: Scheduled<Void>)] = []
+    private var waiters = CircularBuffer<Waiter>()
+    private var nextWaiterID = 0
+    /// Connections open or being opened; never above `limit`.
+    private(set) var openCount = 0
+
+    var idleCount: Int { idle.count }
+
+    init(eventLoop: any EventLoop, configuration: ProxyConfiguration, limit: Int) {
+        self.eventLoop = eventLoop
+        self.configuration = configuration
+        self.limit = limit
+    }
+
+    /// Hands a connection to `callback`: the most recently used idle one, a new one, or (at the limit) the next one
+    /// released, failing with `backend_busy` after the pool wait timeout.
+    func lease(_ callback: @escaping LeaseCallback) {
+        while let (connection, timer) = idle.popLast() {
+            timer.cancel()
+            if connection.isActive {
+                connection.requestCount += 1
+                callback(.success(connection))
+                return
+            }
+        }
+        if openCount < limit {
+            connect(callback)
+            return
+        }
+        let id = nextWaiterID
+        nextWaiterID += 1
+        let timeout = eventLoop.assumeIsolated().scheduleTask(in: configuration.backendPoolWaitTimeout.timeAmount) {
+            guard let index = self.waiters.firstIndex(where: { $0.id == id }) else { return }
+            let waiter = self.waiters.remove(at: index)
+            waiter.callback(.failure(.backendBusy))
+        }
+        waiters.append(Waiter(id: id, callback: callback, timeout: timeout))
+    }
+
+    /// Returns a connection after an exchange. Only a connection whose last response was complete and that both
+    /// sides want to keep alive may be reused; anything else is closed.
+    func release(_ connection: BackendHandler, reusable: Bool) {
+        connection.delegate = nil
+        connection.setReadsAllowed(true)
+        guard reusable, connection.isActive else {
+            connection.close()
+            return
+        }
+        if let waiter = waiters.popFirst() {
+            waiter.timeout.cancel()
+            connection.requestCount += 1
+            waiter.callback(.success(connection))
+            return
+        }
+        let timer = eventLoop.assumeIsolated().scheduleTask(in: configuration.backendIdleTimeout.timeAmount) {
+            connection.close()
+        }
+        idle.append((connection, timer))
+    }
+
+    private func connect(_ callback: @escaping LeaseCallback) {
+        openCount += 1
+        let backend = configuration.backend
+        let bootstrap = ClientBootstrap(group: eventLoop)
+            .connectTimeout(configuration.backendConnectTimeout.timeAmount)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    // Bytes that follow a 101 response belong to the upgraded protocol and must reach the client.
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .forwardBytes)
+                    try channel.pipeline.syncOperations.addHandler(BackendHandler())
+                }
+            }
+        bootstrap.connect(host: backend.host, port: backend.port).assumeIsolated().whenComplete { result in
+            switch result {
+            case .success(let channel):
+                guard let handler = try? channel.pipeline.syncOperations.handler(type: BackendHandler.self) else {
+                    channel.close(promise: nil)
+                    self.connectionClosed(nil)
+                    callback(.failure(.backendUnreachable))
+                    return
+                }
+                // The close future, not the handler, does the accounting: after a WebSocket upgrade the handler
+                // leaves the pipeline but the connection still counts until it closes.
+                channel.closeFuture.assumeIsolated().whenComplete { _ in self.connectionClosed(handler) }
+                handler.requestCount = 1
+                callback(.success(handler))
+            case .failure:
+                self.openCount -= 1
+                callback(.failure(.backendUnreachable))
+                self.serveWaiterIfPossible()
+            }
+        }
+    }
+
+    private func connectionClosed(_ connection: BackendHandler?) {
+        openCount -= 1
+        if let connection, let index = idle.firstIndex(where: { $0.connection === connection }) {
+            idle.remove(at: index).timer.cancel()
+        }
+        serveWaiterIfPossible()
+    }
+
+    private func serveWaiterIfPossible() {
+        guard openCount < limit, let waiter = waiters.popFirst() else { return }
+        waiter.timeout.cancel()
+        connect(waiter.callback)
+    }
+}
+
+extension TimeSpan {
+    var timeAmount: TimeAmount { .nanoseconds(nanoseconds) }
+}

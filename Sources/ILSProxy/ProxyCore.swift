@@ -1,0 +1,44 @@
+import ILSCore
+public import Logging
+public import NIOCore
+import NIOHTTP1
+
+/// The streaming HTTP/1.1 proxy shared by both networking modes.
+///
+/// HTTP mode puts it on accepted TCP (or TLS) connections; overlay mode puts it on decrypted circuits. Either way
+/// the transport hands over a channel that carries the client's bytes plus a `ClientContext` saying who the client
+/// is, and the core does the rest: parsing, limits, header rules, backpressure, WebSocket pass-through.
+public struct ProxyCore: Sendable {
+    public let configuration: ProxyConfiguration
+    public let pools: BackendPool
+    private let logger: Logger
+
+    public init(configuration: ProxyConfiguration, logger: Logger, loopCount: Int = System.coreCount) {
+        self.configuration = configuration
+        self.pools = BackendPool(configuration: configuration, loopCount: loopCount)
+        self.logger = logger
+    }
+
+    /// Adds the HTTP/1.1 server codec and the proxy handler at the end of a client channel's pipeline. Call on the
+    /// channel's event loop.
+    public func configureClientPipeline(
+        _ pipeline: ChannelPipeline.SynchronousOperations,
+        client: ClientContext
+    ) throws {
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderListSize = configuration.maxRequestHeaderBytes
+        limits.maxHeaderFieldSize = configuration.maxRequestHeaderBytes
+        limits.maxHeaderFieldCount = configuration.maxRequestHeaderCount
+        try pipeline.configureHTTPServerPipeline(
+            withPipeliningAssistance: true,
+            withServerUpgrade: nil,
+            withErrorHandling: false,
+            withOutboundHeaderValidation: true,
+            withEncoderConfiguration: .init(),
+            withDecoderLimitConfiguration: limits
+        )
+        try pipeline.addHandler(
+            ProxyServerHandler(configuration: configuration, pools: pools, client: client, logger: logger)
+        )
+    }
+}

@@ -1,0 +1,392 @@
+"""Fixtures for the end-to-end tests: a throwaway CA and server certificate, the sample backend
+(deploy/backend/app.py) and the real ils-gateway binary, each as a child process on a free port.
+
+Every process started here is stopped at the end (SIGTERM, then SIGKILL), every network operation has a timeout,
+and a per-test alarm turns any hang that slips through into a failure rather than a stuck CI job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import httpx
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BACKEND_APP = REPO_ROOT / "deploy" / "backend" / "app.py"
+MODES = ("tls", "plain")
+
+# Generous, because CI machines are slow; a healthy run never comes close.
+STARTUP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+TEST_HANG_LIMIT_S = 90
+
+
+def free_port() -> int:
+    """A port that was free a moment ago. There is a small race before the child binds it; acceptable in tests."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Child processes
+# ------------------------------------------------------------------------------------------------------------------
+
+_running: list["ManagedProcess"] = []
+
+
+class ManagedProcess:
+    """A child process whose stderr/stdout go to a file (a pipe nobody reads would eventually block it)."""
+
+    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_dir / f"{name}-{time.time_ns()}.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+        _running.append(self)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def logs(self, tail: int = 8000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-tail:].decode("utf-8", "replace")
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> Optional[int]:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self._log.close()
+        if self in _running:
+            _running.remove(self)
+        return self.proc.returncode
+
+    def wait_for_port(self, port: int, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                pytest.fail(
+                    f"{self.name} exited with code {self.proc.returncode} before listening on {port}.\n"
+                    f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
+                    pytrace=False,
+                )
+            if port_accepts(port):
+                return
+            time.sleep(0.05)
+        self.stop()
+        pytest.fail(
+            f"{self.name} did not accept connections on 127.0.0.1:{port} within {timeout:.0f} s.\n"
+            f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
+            pytrace=False,
+        )
+
+
+class Backend(ManagedProcess):
+    def __init__(self, log_dir: Path, port: Optional[int] = None) -> None:
+        self.port = port or free_port()
+        super().__init__(
+            "backend",
+            [sys.executable, str(BACKEND_APP), "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "info"],
+            log_dir,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        super().start()
+        self.wait_for_port(self.port)
+        # Listening is not quite ready: wait until the app itself answers.
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        pytest.fail(f"backend on port {self.port} never answered /health.\n{self.logs()}", pytrace=False)
+
+    def client(self) -> httpx.Client:
+        """A client that talks to the backend directly, bypassing the gateway."""
+        return httpx.Client(base_url=self.url, trust_env=False, timeout=httpx.Timeout(10.0, connect=5.0))
+
+
+class Gateway(ManagedProcess):
+    def __init__(self, binary: Path, mode: str, backend: Backend, certs: "Certs", log_dir: Path, extra: list[str]):
+        assert mode in MODES
+        self.mode = mode
+        self.port = free_port()
+        self.backend = backend
+        self.certs = certs
+        args = [
+            str(binary), "serve", "--mode", "http",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--backend", backend.url,
+            "--log-level", "info",
+        ]
+        if mode == "tls":
+            args += ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+        else:
+            args += ["--plain-http"]
+        super().__init__(f"gateway-{mode}", args + extra, log_dir)
+
+    def start(self) -> None:
+        super().start()
+        self.wait_for_port(self.port)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.mode == "tls" else "http"
+
+    @property
+    def authority(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.authority}"
+
+    def ws_url(self, path: str) -> str:
+        return f"{'wss' if self.mode == 'tls' else 'ws'}://{self.authority}{path}"
+
+    def ssl_context(self) -> Optional[ssl.SSLContext]:
+        return self.certs.client_context() if self.mode == "tls" else None
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base_url,
+            verify=self.ssl_context() or True,
+            trust_env=False,  # an HTTP(S)_PROXY in the environment must not reroute test traffic
+            timeout=httpx.Timeout(timeout, connect=5.0),
+        )
+
+    def curl_args(self) -> list[str]:
+        args = ["curl", "--silent", "--show-error", "--noproxy", "*", "--max-time", "30"]
+        if self.mode == "tls":
+            args += ["--cacert", str(self.certs.ca_cert)]
+        return args
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Certificates
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class Certs:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ca_key = directory / "ca.key"
+        self.ca_cert = directory / "ca.pem"
+        self.server_key = directory / "server.key"
+        self.server_cert = directory / "server.pem"
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_cert))
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        pytest.fail(f"openssl {' '.join(args)} failed:\n{result.stderr}", pytrace=False)
+
+
+def make_certs(directory: Path) -> Certs:
+    """A CA and a server certificate for 127.0.0.1 and localhost, EC P-256.
+
+    The extensions are the ones strict verifiers insist on (basicConstraints, keyUsage, extendedKeyUsage, SAN,
+    subject/authority key identifiers), so curl, Python's ssl and the gateway's TLS stack all accept them.
+    """
+    c = Certs(directory)
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", c.ca_key.name, cwd=directory)
+    _openssl(
+        "req", "-x509", "-new", "-key", c.ca_key.name, "-sha256", "-days", "7",
+        "-subj", "/CN=ils-gateway e2e test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-addext", "subjectKeyIdentifier=hash",
+        "-out", c.ca_cert.name,
+        cwd=directory,
+    )
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", c.server_key.name,
+             cwd=directory)
+    _openssl("req", "-new", "-key", c.server_key.name, "-subj", "/CN=localhost", "-out", "server.csr", cwd=directory)
+    (directory / "server.ext").write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", c.ca_cert.name, "-CAkey", c.ca_key.name,
+        "-CAcreateserial", "-days", "7", "-sha256", "-extfile", "server.ext", "-out", c.server_cert.name,
+        cwd=directory,
+    )
+    return c
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fixtures
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ils_bin() -> Path:
+    raw = os.environ.get("ILS_BIN", ".build/debug/ils-gateway")
+    path = Path(raw)
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(
+            f"ils-gateway binary not found or not executable at {path}. Build it first "
+            f"(`swift build` in {REPO_ROOT}) or point ILS_BIN at it.",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def work_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ils-e2e-") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="session")
+def certs(work_dir: Path) -> Certs:
+    d = work_dir / "pki"
+    d.mkdir()
+    return make_certs(d)
+
+
+@pytest.fixture(scope="session")
+def backend(work_dir: Path) -> Iterator[Backend]:
+    b = Backend(work_dir)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session", params=MODES)
+def mode(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def gateway(ils_bin: Path, mode: str, backend: Backend, certs: Certs, work_dir: Path) -> Iterator[Gateway]:
+    """One shared gateway per mode, in front of the shared backend."""
+    g = Gateway(ils_bin, mode, backend, certs, work_dir, [])
+    g.start()
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def backend_factory(work_dir: Path) -> Iterator[Callable[..., Backend]]:
+    """Backends of a test's own, for tests that stop and restart them."""
+    started: list[Backend] = []
+
+    def make(port: Optional[int] = None) -> Backend:
+        b = Backend(work_dir, port)
+        b.start()
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        b.stop()
+
+
+@pytest.fixture
+def gateway_factory(ils_bin: Path, mode: str, certs: Certs, work_dir: Path) -> Iterator[Callable[..., Gateway]]:
+    """Gateways of a test's own, for unusual flags or tests that stop the gateway."""
+    started: list[Gateway] = []
+
+    def make(backend: Backend, *extra: str) -> Gateway:
+        g = Gateway(ils_bin, mode, backend, certs, work_dir, list(extra))
+        g.start()
+        started.append(g)
+        return g
+
+    yield make
+    for g in started:
+        g.stop()
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    """Turns a hung test into a failure. Every operation has its own timeout; this is the backstop."""
+
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"test still running after {TEST_HANG_LIMIT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_HANG_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On failure, attach the output of every process still running, which is usually where the cause is."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for p in list(_running):
+            report.sections.append((f"{p.name} (pid {p.pid}) output, tail", p.logs(4000)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Fixture teardown normally does this; this catches processes left behind by an interrupted run.
+    for p in list(_running):
+        try:
+            p.stop(timeout=2)
+        except Exception:
+            pass

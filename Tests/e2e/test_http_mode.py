@@ -1,0 +1,429 @@
+"""End-to-end tests of ils-gateway in HTTP mode (`serve --mode http`), over TLS and plain HTTP.
+
+The real binary runs in front of the sample backend (deploy/backend/app.py). Streaming assertions compare a local
+receive time with the backend's `emitted_at` on the same machine and clock: "the first event arrived before the
+backend produced the last one" proves the gateway does not buffer, without depending on tight timings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional
+
+import httpx
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+from conftest import Backend, Gateway
+
+pytestmark = pytest.mark.e2e
+
+N_EVENTS = 5
+INTERVAL_MS = 400  # the last of 5 events is emitted 1.6 s after the first: a wide margin for "before"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SSEEvent:
+    event: str
+    data: str
+    received_at: float  # time.time() when its data line arrived
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.data)
+
+
+def parse_sse(lines: Iterable[tuple[float, str]], stop_after: Optional[int] = None) -> list[SSEEvent]:
+    """Parses (receive time, line) pairs into events; stops at `done` or after `stop_after` message events."""
+    events: list[SSEEvent] = []
+    name, data, data_at = "message", [], None
+    for at, line in lines:
+        if line.startswith(":"):
+            continue  # comment / keep-alive ping
+        if line == "":
+            if data:
+                events.append(SSEEvent(name, "\n".join(data), data_at))
+                if name == "done":
+                    break
+                if stop_after is not None and sum(e.event == "message" for e in events) >= stop_after:
+                    break
+            name, data, data_at = "message", [], None
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+            if data_at is None:
+                data_at = at
+    return events
+
+
+def timed_lines(response: httpx.Response, deadline_s: float = 20.0) -> Iterator[tuple[float, str]]:
+    deadline = time.monotonic() + deadline_s
+    for line in response.iter_lines():
+        yield time.time(), line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stream still open after {deadline_s} s")
+
+
+def assert_streamed_event_by_event(events: list[SSEEvent]) -> None:
+    messages = [e for e in events if e.event == "message"]
+    assert [e.json["index"] for e in messages] == list(range(N_EVENTS)), f"events out of order or missing: {events}"
+    assert events[-1].event == "done", f"stream did not end with a done event: {events}"
+    received = [e.received_at for e in messages]
+    assert received == sorted(received)
+    first_received = messages[0].received_at
+    last_emitted = messages[-1].json["emitted_at"]
+    assert first_received < last_emitted, (
+        f"event 0 reached the client {first_received - last_emitted:.3f} s after the backend emitted event "
+        f"{N_EVENTS - 1}: the gateway buffered the stream instead of forwarding each event as it came"
+    )
+
+
+def assert_gateway_error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, f"expected {status}, got {response.status_code}: {response.text!r}"
+    assert response.headers.get("content-type", "").startswith("application/json"), response.headers
+    body = response.json()
+    assert isinstance(body.get("error"), str) and body["error"], body
+    assert isinstance(body.get("code"), str) and body["code"], body
+    assert body["code"].replace("_", "").isalnum() and body["code"].islower(), f"code is not a stable slug: {body}"
+    return body
+
+
+def wait_for_idle_streams(backend: Backend, timeout: float = 5.0) -> None:
+    """Streams left by earlier tests must be over before a test that counts them starts."""
+    with backend.client() as direct:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if direct.get("/debug/streams").json()["active"] == 0:
+                return
+            time.sleep(0.05)
+    raise AssertionError("backend still has active streams from an earlier test")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Basic requests
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_health_and_query(gateway: Gateway) -> None:
+    with gateway.client() as c:
+        r = c.get("/health")
+        assert r.status_code == 200, r.text
+        assert r.json() == {"status": "ok"}
+
+        r = c.post("/claude/query", json={"prompt": "what is 2+2?"})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"answer": "This is a canned answer to: what is 2+2?", "prompt": "what is 2+2?"}
+
+        r = c.get("/claude/sessions")
+        assert r.status_code == 200, r.text
+        assert [s["id"] for s in r.json()] == ["sess-0001", "sess-0002"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Streaming
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_sse_event_by_event(gateway: Gateway, method: str) -> None:
+    params = {"prompt": "stream please", "n": N_EVENTS, "interval_ms": INTERVAL_MS}
+    with gateway.client() as c:
+        kwargs = {"params": params} if method == "GET" else {"json": params}
+        with c.stream(method, "/claude/stream", **kwargs) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            events = parse_sse(timed_lines(r))
+    assert_streamed_event_by_event(events)
+
+
+def curl_timed_lines(args: list[str], timeout: float = 20.0) -> list[tuple[float, str]]:
+    """Runs curl and timestamps each stdout line as it arrives (a reader thread, so the main thread can time out)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
+
+    def reader() -> None:
+        buffer = b""
+        while True:
+            chunk = proc.stdout.read(4096)  # unbuffered: returns what has arrived, no waiting for a full block
+            if not chunk:
+                break
+            now = time.time()
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                lines.put((now, line.rstrip(b"\r").decode()))
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        proc.kill()
+    proc.wait(timeout=5)
+    stderr = proc.stderr.read().decode(errors="replace")
+    assert proc.returncode == 0, f"curl exited {proc.returncode}: {stderr}"
+    return list(lines.queue)
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_sse_event_by_event_curl(gateway: Gateway, method: str) -> None:
+    if method == "GET":
+        target = [f"{gateway.base_url}/claude/stream?prompt=curl&n={N_EVENTS}&interval_ms={INTERVAL_MS}"]
+    else:
+        body = json.dumps({"prompt": "curl", "n": N_EVENTS, "interval_ms": INTERVAL_MS})
+        target = ["-H", "Content-Type: application/json", "--data", body, f"{gateway.base_url}/claude/stream"]
+    lines = curl_timed_lines(gateway.curl_args() + ["-N"] + target)
+    assert_streamed_event_by_event(parse_sse(lines))
+
+
+def test_plain_stream_chunk_by_chunk(gateway: Gateway) -> None:
+    with gateway.client() as c:
+        with c.stream("GET", "/stream/plain", params={"n": N_EVENTS, "interval_ms": INTERVAL_MS}) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"] == "application/octet-stream"
+            chunks = [(at, line) for at, line in timed_lines(r) if line]
+    assert [line.split()[1] for _, line in chunks] == [str(i) for i in range(N_EVENTS)], chunks
+    first_received = chunks[0][0]
+    last_emitted = float(chunks[-1][1].split("emitted_at=")[1])
+    assert first_received < last_emitted, (
+        f"chunk 0 arrived {first_received - last_emitted:.3f} s after the backend emitted the last chunk: "
+        "the gateway buffered a non-SSE streamed body"
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# WebSocket
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_websocket_echo(gateway: Gateway) -> None:
+    with ws_connect(
+        gateway.ws_url("/ws/echo"),
+        ssl=gateway.ssl_context(),
+        proxy=None,
+        open_timeout=10,
+        close_timeout=5,
+        max_size=4 * 1024 * 1024,
+    ) as ws:
+        for text in ["hello", "ünïcödé ✓", "x" * 100_000]:
+            ws.send(text)
+            assert ws.recv(timeout=10) == text
+        for blob in [b"\x00\x01\x02\xff", os.urandom(1024 * 1024)]:
+            ws.send(blob)
+            echoed = ws.recv(timeout=10)
+            assert isinstance(echoed, bytes) and echoed == blob
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Large bodies
+# ------------------------------------------------------------------------------------------------------------------
+
+DOWNLOAD_SIZE = 64 * 1024 * 1024
+UPLOAD_SIZE = 24 * 1024 * 1024
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_large_download_intact(gateway: Gateway, backend: Backend, chunked: bool) -> None:
+    params = {"size": DOWNLOAD_SIZE, "seed": 7}
+    with backend.client() as direct:
+        expected = direct.get("/bytes/sha256", params=params).json()["sha256"]
+    h = hashlib.sha256()
+    n = 0
+    with gateway.client() as c:
+        with c.stream("GET", "/bytes", params={**params, "chunked": int(chunked)}) as r:
+            assert r.status_code == 200
+            if chunked:
+                assert "content-length" not in r.headers, "gateway buffered a chunked body to compute its length"
+            else:
+                assert r.headers.get("content-length") == str(DOWNLOAD_SIZE)
+            for chunk in r.iter_raw(1024 * 1024):
+                h.update(chunk)
+                n += len(chunk)
+    assert n == DOWNLOAD_SIZE
+    assert h.hexdigest() == expected
+
+
+@pytest.fixture(scope="module")
+def upload_data() -> bytes:
+    return os.urandom(UPLOAD_SIZE)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_large_upload_intact(gateway: Gateway, upload_data: bytes, chunked: bool) -> None:
+    def pieces() -> Iterator[bytes]:
+        for i in range(0, len(upload_data), 256 * 1024):
+            yield upload_data[i : i + 256 * 1024]
+
+    # httpx sends a generator with Transfer-Encoding: chunked and bytes with Content-Length.
+    content = pieces() if chunked else upload_data
+    with gateway.client() as c:
+        r = c.post("/upload", content=content, headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"bytes": UPLOAD_SIZE, "sha256": hashlib.sha256(upload_data).hexdigest()}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Client hang-up
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_client_hangup_reaches_backend_within_1s(gateway: Gateway, backend: Backend) -> None:
+    wait_for_idle_streams(backend)
+    with backend.client() as direct:
+        direct.post("/debug/reset").raise_for_status()
+
+        client = gateway.client()
+        try:
+            with client.stream("GET", "/claude/stream", params={"n": 100, "interval_ms": 100}) as r:
+                assert r.status_code == 200
+                events = parse_sse(timed_lines(r), stop_after=2)
+                assert [e.json["index"] for e in events] == [0, 1]
+                before = direct.get("/debug/streams").json()
+                assert before["active"] == 1 and before["disconnected"] == 0, before
+            # Leaving the block closes the response; an unfinished HTTP/1.1 body means the connection is closed.
+        finally:
+            client.close()
+        hung_up = time.monotonic()
+
+        stats = None
+        while time.monotonic() - hung_up < 1.0:
+            stats = direct.get("/debug/streams").json()
+            if stats["disconnected"] >= 1:
+                break
+            time.sleep(0.05)
+        elapsed = time.monotonic() - hung_up
+        assert stats is not None and stats["disconnected"] == 1, (
+            f"backend did not see the client's hang-up within 1 s (after {elapsed:.2f} s: {stats})"
+        )
+        assert stats["completed"] == 0, stats
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Backend failures
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_backend_down_then_back(gateway_factory, backend_factory) -> None:
+    own_backend: Backend = backend_factory()
+    g: Gateway = gateway_factory(own_backend)
+    with g.client(timeout=15) as c:
+        assert c.get("/health").status_code == 200
+
+        own_backend.stop()
+        for _ in range(2):  # a second try must not hang on, or reuse, a dead pooled connection either
+            assert_gateway_error(c.get("/health"), 502)
+        assert_gateway_error(c.post("/claude/query", json={"prompt": "anyone?"}), 502)
+
+        revived: Backend = backend_factory(port=own_backend.port)
+        assert g.alive(), "the gateway exited while its backend was down"
+        r = c.get("/health")
+        assert r.status_code == 200, f"gateway did not recover after the backend came back: {r.status_code} {r.text}"
+        r = c.post("/claude/query", json={"prompt": "back?"})
+        assert r.status_code == 200 and r.json()["answer"].endswith("back?"), r.text
+    assert revived.alive()
+
+
+def test_backend_header_timeout(gateway_factory, backend: Backend) -> None:
+    g: Gateway = gateway_factory(backend, "--backend-header-timeout", "1s")
+    with g.client(timeout=15) as c:
+        start = time.monotonic()
+        r = c.get("/slow-headers", params={"delay_s": 5})
+        elapsed = time.monotonic() - start
+        assert_gateway_error(r, 504)
+        assert elapsed < 4.5, f"504 took {elapsed:.1f} s; the backend itself would have answered at 5 s"
+        assert elapsed > 0.5, f"504 after only {elapsed:.2f} s, before the 1 s header timeout"
+        # Headers that arrive in time still work through the same gateway.
+        assert c.get("/slow-headers", params={"delay_s": 0.1}).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Headers
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_forwarding_headers(gateway: Gateway) -> None:
+    sent = [
+        ("X-ILS-Identity", "mallory"),
+        ("X-ILS-Identity-Id", "mallory-id"),
+        ("X-Forwarded-For", "6.6.6.6"),
+        ("X-Forwarded-Proto", "gopher"),
+        ("Forwarded", "for=6.6.6.6;proto=gopher"),
+        ("Keep-Alive", "timeout=5, max=100"),
+        ("Proxy-Connection", "keep-alive"),
+        ("Connection", "keep-alive, x-secret"),
+        ("X-Secret", "hush"),
+        ("X-Custom", "kept"),
+    ]
+    with gateway.client() as c:
+        r = c.get("/debug/headers", headers=sent)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    h = body["headers"]
+
+    assert h.get("x-custom") == ["kept"], f"an ordinary header was not forwarded: {h}"
+    assert h.get("host") == [gateway.authority], f"Host not preserved: {h.get('host')}"
+    assert h.get("x-forwarded-for") == ["127.0.0.1"], f"X-Forwarded-For: {h.get('x-forwarded-for')}"
+    assert h.get("x-forwarded-proto") == [gateway.scheme], f"X-Forwarded-Proto: {h.get('x-forwarded-proto')}"
+    forwarded = h.get("forwarded", [])
+    assert len(forwarded) == 1, f"Forwarded: {forwarded}"
+    assert "for=127.0.0.1" in forwarded[0] and f"proto={gateway.scheme}" in forwarded[0], forwarded
+    assert "6.6.6.6" not in json.dumps(h), f"a client-supplied forwarding header reached the backend: {h}"
+
+    assert "x-ils-identity" not in h, f"client-supplied identity reached the backend: {h['x-ils-identity']}"
+    assert "x-ils-identity-id" not in h, f"client-supplied identity id reached the backend: {h['x-ils-identity-id']}"
+
+    for hop in ["keep-alive", "proxy-connection", "x-secret"]:
+        assert hop not in h, f"hop-by-hop header {hop!r} was forwarded: {h[hop]}"
+    assert all("x-secret" not in v.lower() for v in h.get("connection", [])), h.get("connection")
+    assert body["client"] == "127.0.0.1"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Shutdown
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_during_stream_exits_cleanly(gateway_factory, backend: Backend) -> None:
+    drain_s = 2
+    g: Gateway = gateway_factory(backend, "--drain-timeout", f"{drain_s}s")
+    client = g.client(timeout=15)
+    try:
+        with client.stream("GET", "/claude/stream", params={"n": 1000, "interval_ms": 100}) as r:
+            assert r.status_code == 200
+            lines = timed_lines(r)
+            assert [e.json["index"] for e in parse_sse(lines, stop_after=1)] == [0]
+
+            g.proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            try:
+                code = g.proc.wait(timeout=drain_s + 5)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"gateway still running {drain_s + 5} s after SIGTERM (drain timeout {drain_s} s)")
+            elapsed = time.monotonic() - signalled
+            assert code == 0, f"gateway exited with code {code} after SIGTERM\n{g.logs()}"
+
+            # With the gateway gone the stream must end (cleanly or not) rather than hang.
+            try:
+                for _ in lines:
+                    pass
+            except (httpx.HTTPError, AssertionError):
+                pass
+    finally:
+        client.close()
+    assert elapsed <= drain_s + 5
