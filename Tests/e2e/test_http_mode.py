@@ -292,7 +292,9 @@ def test_client_hangup_reaches_backend_within_1s(gateway: Gateway, backend: Back
         try:
             with client.stream("GET", "/claude/stream", params={"n": 100, "interval_ms": 100}) as r:
                 assert r.status_code == 200
-                events = parse_sse(timed_lines(r), stop_after=2)
+                # Keep a reference: a line iterator that is garbage-collected closes the response, i.e. hangs up.
+                lines = timed_lines(r)
+                events = parse_sse(lines, stop_after=2)
                 assert [e.json["index"] for e in events] == [0, 1]
                 before = direct.get("/debug/streams").json()
                 assert before["active"] == 1 and before["disconnected"] == 0, before
