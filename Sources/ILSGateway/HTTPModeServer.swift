@@ -1,11 +1,11 @@
 public import ILSCore
 import ILSProxy
 public import Logging
+import NIOConcurrencyHelpers
 public import NIOCore
 import NIOExtras
 public import NIOPosix
 import NIOSSL
-import NIOConcurrencyHelpers
 public import ServiceLifecycle
 
 /// The HTTP-mode gateway: accepts TCP connections, terminates TLS, and hands each connection to the proxy core.
@@ -91,8 +91,13 @@ public final class HTTPModeServer: Service, Sendable {
             children.closeAll()
         }
         if children.count > 0 {
-            logger.info("draining connections", metadata: ["open": "\(children.count)",
-                                                             "deadline": "\(configuration.drainTimeout)"])
+            logger.info(
+                "draining connections",
+                metadata: [
+                    "open": "\(children.count)",
+                    "deadline": "\(configuration.drainTimeout)",
+                ]
+            )
         }
         quiesce.initiateShutdown(promise: drained)
         try? await drained.futureResult.get()

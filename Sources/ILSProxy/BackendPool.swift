@@ -1,6 +1,6 @@
 import ILSCore
-public import NIOCore
 import NIOConcurrencyHelpers
+public import NIOCore
 import NIOHTTP1
 import NIOPosix
 

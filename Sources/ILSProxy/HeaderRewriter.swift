@@ -101,7 +101,10 @@ enum HeaderRewriter {
         out.add(name: "X-Forwarded-For", value: forwardedFor)
         out.add(name: "X-Forwarded-Proto", value: client.scheme.rawValue)
         if !host.isEmpty { out.add(name: "X-Forwarded-Host", value: host) }
-        out.add(name: "Forwarded", value: forwardedElement(for: forwardedFor, host: host, proto: client.scheme.rawValue))
+        out.add(
+            name: "Forwarded",
+            value: forwardedElement(for: forwardedFor, host: host, proto: client.scheme.rawValue)
+        )
         if let identity = client.identity {
             out.add(name: "X-ILS-Identity", value: identity.name)
             out.add(name: "X-ILS-Identity-Id", value: identity.id)
@@ -169,8 +172,10 @@ enum HeaderRewriter {
     /// are the request-smuggling patterns; refusing them here keeps the backend from ever seeing them.
     static func bodyFraming(_ headers: HTTPHeaders, version: HTTPVersion) -> Result<BodyFraming, ProxyError> {
         let transferEncodings = tokens(headers["transfer-encoding"])
-        let contentLengths = headers["content-length"].flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
-            .map { String($0).trimmingCharacters() }
+        let contentLengths = headers["content-length"].flatMap {
+            $0.split(separator: ",", omittingEmptySubsequences: false)
+        }
+        .map { String($0).trimmingCharacters() }
 
         if !transferEncodings.isEmpty {
             guard contentLengths.isEmpty, version == .http1_1, transferEncodings.last == "chunked" else {

@@ -291,8 +291,10 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         headers.add(name: "Cache-Control", value: "no-store")
         let version = exchange?.requestVersion ?? .http1_1
         state = .closing
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: error.status, headers: headers))),
-                      promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: version, status: error.status, headers: headers))),
+            promise: nil
+        )
         context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
@@ -306,7 +308,9 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         } else {
             logger.info(
                 "refused request",
-                metadata: ["status": "\(error.status.code)", "error": "\(error.code)", "client": "\(client.forwardedFor)"]
+                metadata: [
+                    "status": "\(error.status.code)", "error": "\(error.code)", "client": "\(client.forwardedFor)",
+                ]
             )
         }
     }

@@ -1,8 +1,8 @@
-import NIOCore
+import Crypto
 import NIOConcurrencyHelpers
+import NIOCore
 import NIOHTTP1
 public import NIOPosix
-import Crypto
 
 /// An in-process backend on 127.0.0.1 that behaves like the streaming backends the gateway fronts, and records what
 /// it saw, so tests can check the gateway's effect on the backend (disconnects, headers, backpressure).
@@ -43,8 +43,12 @@ public final class TestBackend: Sendable {
     private let listener: any Channel
     private let children: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
 
-    private init(port: Int, record: Record, listener: any Channel,
-                 children: NIOLockedValueBox<[ObjectIdentifier: any Channel]>) {
+    private init(
+        port: Int,
+        record: Record,
+        listener: any Channel,
+        children: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
+    ) {
         self.port = port
         self.record = record
         self.listener = listener

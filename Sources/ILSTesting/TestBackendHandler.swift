@@ -1,5 +1,5 @@
-import Foundation
 import Crypto
+import Foundation
 import NIOCore
 import NIOHTTP1
 
@@ -79,14 +79,22 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
             let count = query["n"].flatMap(Int.init) ?? 5
             let interval = query["interval_ms"].flatMap(Int64.init) ?? 100
             let type = path == "/sse" ? "text/event-stream" : "application/octet-stream"
-            startStream(context, count: count, interval: .milliseconds(interval), contentType: type, sse: path == "/sse")
+            startStream(
+                context,
+                count: count,
+                interval: .milliseconds(interval),
+                contentType: type,
+                sse: path == "/sse"
+            )
         case "/bytes":
             let size = query["size"].flatMap(Int.init) ?? 0
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "application/octet-stream")
             if query["chunked"] == nil { headers.add(name: "Content-Length", value: String(size)) }
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))),
-                          promise: nil)
+            context.write(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))),
+                promise: nil
+            )
             route = .bytes(remaining: size, offset: 0)
             writeMoreBytes(context)
         case "/upload":
@@ -98,8 +106,10 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
         case "/die-mid-stream":
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "text/event-stream")
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))),
-                          promise: nil)
+            context.write(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))),
+                promise: nil
+            )
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: "data: first\n\n")))))
                 .whenComplete { _ in channel.close(promise: nil) }
@@ -213,8 +223,10 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "text/plain")
         headers.add(name: "Content-Length", value: String(body.utf8.count))
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
-                      promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+            promise: nil
+        )
         context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }

@@ -41,7 +41,11 @@ public final class TestHTTPConnection {
     private var chunkRemaining = 0
 
     /// Connects to `port` on 127.0.0.1, over TLS when `trustRootPEM` (the CA to trust) is given.
-    public init(port: Int, trustRootPEM: String? = nil, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton)
+    public init(
+        port: Int,
+        trustRootPEM: String? = nil,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    )
         async throws
     {
         let sslContext: NIOSSLContext? = try trustRootPEM.map { pem in

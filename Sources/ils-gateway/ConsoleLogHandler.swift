@@ -34,8 +34,10 @@ struct ConsoleLogHandler: LogHandler {
             }
             line = text + "\n"
         case .json:
-            var object: [String: String] = ["ts": timestamp, "level": "\(event.level)", "logger": label,
-                                            "msg": "\(event.message)"]
+            var object: [String: String] = [
+                "ts": timestamp, "level": "\(event.level)", "logger": label,
+                "msg": "\(event.message)",
+            ]
             for (key, value) in merged where object[key] == nil { object[key] = "\(value)" }
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
             line = String(decoding: data, as: UTF8.self) + "\n"

@@ -3,16 +3,24 @@ import Testing
 
 @Suite("Command-line values")
 struct ParsingTests {
-    @Test("durations read like 30s, 15m, 24h, 7d, 250ms", arguments: [
-        ("30s", Int64(30_000_000_000)), ("15m", 900_000_000_000), ("24h", 86_400_000_000_000),
-        ("7d", 604_800_000_000_000), ("250ms", 250_000_000), ("0", 0),
-    ])
+    @Test(
+        "durations read like 30s, 15m, 24h, 7d, 250ms",
+        arguments: [
+            ("30s", Int64(30_000_000_000)), ("15m", 900_000_000_000), ("24h", 86_400_000_000_000),
+            ("7d", 604_800_000_000_000), ("250ms", 250_000_000), ("0", 0),
+        ]
+    )
     func durations(text: String, nanoseconds: Int64) throws {
         #expect(try TimeSpan(parsing: text).nanoseconds == nanoseconds)
     }
 
-    @Test("a duration without a unit, negative, or absurd is refused", arguments: ["30", "-5s", "5 s", "1y", "", "s",
-                                                                                   "99999999999999d"])
+    @Test(
+        "a duration without a unit, negative, or absurd is refused",
+        arguments: [
+            "30", "-5s", "5 s", "1y", "", "s",
+            "99999999999999d",
+        ]
+    )
     func badDurations(text: String) {
         #expect(throws: ILSError.self) { try TimeSpan(parsing: text) }
     }

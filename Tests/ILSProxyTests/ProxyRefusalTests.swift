@@ -28,8 +28,10 @@ struct ProxyRefusalTests {
         ),
     ]
 
-    @Test("malformed and smuggling requests get a JSON error, and the backend never sees them",
-          arguments: 0..<cases.count)
+    @Test(
+        "malformed and smuggling requests get a JSON error, and the backend never sees them",
+        arguments: 0..<cases.count
+    )
     func refusal(index: Int) async throws {
         let testCase = Self.cases[index]
         try await ProxyFixture.with { fixture in
@@ -43,7 +45,9 @@ struct ProxyRefusalTests {
                 #expect(head.header("content-type") == "application/json")
                 #expect(body.hasPrefix("{\"error\":\""), "\(testCase.name)")
             }
-            if !testCase.code.isEmpty, !testCase.request.hasPrefix("CONNECT") { #expect(body.contains("\"code\":\"\(testCase.code)\""), "\(testCase.name)") }
+            if !testCase.code.isEmpty, !testCase.request.hasPrefix("CONNECT") {
+                #expect(body.contains("\"code\":\"\(testCase.code)\""), "\(testCase.name)")
+            }
             #expect(await connection.isClosedByPeer())
             #expect(fixture.backend.record.connectionsAccepted == 0, "\(testCase.name) reached the backend")
         }
@@ -94,8 +98,10 @@ struct ProxyRefusalTests {
             #expect(lines.contains("x-forwarded-for: 127.0.0.1"))
             #expect(lines.contains("x-forwarded-proto: https"))
             #expect(lines.contains("forwarded: for=127.0.0.1;host=\"127.0.0.1\";proto=https"))
-            for forbidden in ["x-ils-identity:", "x-ils-identity-id:", "keep-alive:", "proxy-connection:", "x-secret:",
-                              "6.6.6.6"] {
+            for forbidden in [
+                "x-ils-identity:", "x-ils-identity-id:", "keep-alive:", "proxy-connection:", "x-secret:",
+                "6.6.6.6",
+            ] {
                 #expect(!lines.contains { $0.contains(forbidden) }, "\(forbidden) reached the backend")
             }
             await connection.close()

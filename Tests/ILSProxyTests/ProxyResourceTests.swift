@@ -21,7 +21,10 @@ struct ProxyResourceTests {
             // runs other tests, so its own RSS says little.)
             try await Task.sleep(for: .seconds(2))
             let writtenWhilePaused = fixture.backend.record.bytesWritten
-            #expect(writtenWhilePaused < 32 * 1024 * 1024, "backend wrote \(writtenWhilePaused) bytes to a stalled reader")
+            #expect(
+                writtenWhilePaused < 32 * 1024 * 1024,
+                "backend wrote \(writtenWhilePaused) bytes to a stalled reader"
+            )
             // Read slowly for a while: the backend stays just ahead of the reader, never far ahead.
             for _ in 0..<50 {
                 guard let part = try await connection.readBodyPart() else { break }
@@ -66,4 +69,3 @@ struct ProxyResourceTests {
         }
     }
 }
-

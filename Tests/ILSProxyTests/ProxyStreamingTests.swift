@@ -93,7 +93,10 @@ struct ProxyStreamingTests {
         }
     }
 
-    @Test("a WebSocket upgrade passes through, including bytes the backend sends with its 101", arguments: [false, true])
+    @Test(
+        "a WebSocket upgrade passes through, including bytes the backend sends with its 101",
+        arguments: [false, true]
+    )
     func webSocketUpgradePassesThrough(tls: Bool) async throws {
         try await ProxyFixture.with(tls: tls) { fixture in
             let connection = try await fixture.connect()
@@ -129,4 +132,3 @@ struct ProxyStreamingTests {
         }
     }
 }
-
