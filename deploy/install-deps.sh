@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the quickstart need, only when it is missing:
+# libsodium (the identity and end-to-end crypto), openssl and curl (certificates and demo requests),
+# and the Python packages of the sample backend and the end-to-end tests.
+# Safe to run again; does nothing when everything is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+pkg-config --exists libsodium 2>/dev/null || need_apt+=(libsodium-dev pkg-config)
+command -v openssl >/dev/null || need_apt+=(openssl)
+command -v curl >/dev/null || need_apt+=(curl)
+if ((${#need_apt[@]})); then
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+    echo "installing Debian packages: ${need_apt[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import fastapi, uvicorn, sse_starlette, httpx, websockets, pytest' 2>/dev/null; then
+    echo "installing Python packages from deploy/backend/requirements.txt" >&2
+    python3 -m pip install -q --disable-pip-version-check -r deploy/backend/requirements.txt \
+        || python3 -m pip install -q --disable-pip-version-check --break-system-packages -r deploy/backend/requirements.txt
+fi

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The project's test command (README.md; CI runs exactly this):
+# format lint, build, the Swift test suite, then the end-to-end tests against the real binary and the sample backend.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./deploy/install-deps.sh
+
+echo "== swift format lint" >&2
+swift format lint --strict --recursive Sources Tests Package.swift
+
+echo "== swift build" >&2
+swift build --build-tests
+
+echo "== swift test" >&2
+swift test --skip-build
+
+echo "== end-to-end tests (real binary, sample FastAPI backend)" >&2
+ILS_BIN="$(swift build --show-bin-path)/ils-gateway" python3 -m pytest -q Tests/e2e
