@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 import httpx
@@ -413,6 +413,13 @@ def test_sigterm_during_stream_exits_cleanly(gateway_factory, backend: Backend) 
 
             g.proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
+            # `--drain-timeout` is documented as how long in-flight requests may continue: the stream must keep
+            # flowing for a while rather than being cut at the signal.
+            try:
+                more = parse_sse(lines, stop_after=3)
+            except httpx.HTTPError as e:
+                pytest.fail(f"the in-flight stream was cut at SIGTERM instead of draining: {e!r}")
+            assert [e.json["index"] for e in more] == [1, 2, 3], more
             try:
                 code = g.proc.wait(timeout=drain_s + 5)
             except subprocess.TimeoutExpired:

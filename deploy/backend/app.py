@@ -37,7 +37,7 @@ app = FastAPI(title="ils-gateway sample backend", version="1.0")
 #
 # The gateway promises that when a client hangs up, the backend learns about it quickly (so a real backend stops
 # paying for model tokens nobody will read). The only way to observe that from outside is for the backend to count
-# how its streams ended, so every streaming generator below reports to this object.
+# how its streams ended, so every streaming response below is wrapped in TrackedStream, which reports here.
 # --------------------------------------------------------------------------------------------------------------
 
 
