@@ -42,7 +42,10 @@ public struct BackendURL: Hashable, Sendable, CustomStringConvertible {
     /// The default backend: the FastAPI Claude Code backend on its usual port.
     public static let defaultBackend = BackendURL(host: "127.0.0.1", port: 8000)
 
-    public var description: String {
-        host.contains(":") ? "http://[\(host)]:\(port)" : "http://\(host):\(port)"
+    /// `HOST:PORT` as it appears in a `Host` header (RFC 9110 §7.2).
+    public var authority: String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
+
+    public var description: String { "http://\(authority)" }
 }

@@ -37,7 +37,13 @@ enum HeaderRewriter {
     /// (a known request-smuggling and auth-bypass trick).
     static let notNominatable: Set<String> = ["host", "content-length", "authorization", "cookie"]
 
-    static func forwardRequest(_ head: HTTPRequestHead, client: ClientContext) -> Result<ForwardedRequest, ProxyError> {
+    /// - Parameter fallbackHost: the `Host` sent for an HTTP/1.0 request that has none (HTTP/1.1 requires one,
+    ///   RFC 9112 §3.2, and the backend is spoken to in HTTP/1.1).
+    static func forwardRequest(
+        _ head: HTTPRequestHead,
+        client: ClientContext,
+        fallbackHost: String = "localhost"
+    ) -> Result<ForwardedRequest, ProxyError> {
         guard head.method != .CONNECT else { return .failure(.methodNotAllowed) }
 
         var target = head.uri
@@ -81,7 +87,7 @@ enum HeaderRewriter {
             }
             out.add(name: name, value: value)
         }
-        if hosts.isEmpty, let hostOverride { out.add(name: "Host", value: hostOverride) }
+        if hosts.isEmpty { out.add(name: "Host", value: hostOverride ?? fallbackHost) }
 
         switch framing {
         case .chunked: out.add(name: "Transfer-Encoding", value: "chunked")

@@ -174,7 +174,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         let exchange = Exchange(head: head)
-        switch HeaderRewriter.forwardRequest(head, client: client) {
+        switch HeaderRewriter.forwardRequest(head, client: client, fallbackHost: configuration.backend.authority) {
         case .failure(let error):
             respond(with: error, to: exchange)
         case .success(let forwarded):
@@ -355,7 +355,12 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                 exchange.backendKeepAlive = false
                 exchange.closeAfterResponse = true
             }
-            if exchange.closeAfterResponse {
+            // Settle the exchange before writing its last part: writing the response's end can synchronously
+            // deliver the next pipelined request, or (when closing) the channel's close.
+            let closeAfter = exchange.closeAfterResponse
+            finish(exchange, backend: backend)
+            clientNeedsFlush = false
+            if closeAfter {
                 // Close only once the last byte has left, so the response is never cut short.
                 let channel = context.channel
                 context.writeAndFlush(wrapOutboundOut(.end(trailers))).whenComplete { _ in
@@ -365,8 +370,6 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                 // Flush now: once released, the backend connection no longer reports its read completion to us.
                 context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
             }
-            clientNeedsFlush = false
-            finish(exchange, backend: backend)
         }
     }
 

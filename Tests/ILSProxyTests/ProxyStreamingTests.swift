@@ -131,4 +131,51 @@ struct ProxyStreamingTests {
             await connection.close()
         }
     }
+
+    @Test("pipelined requests sent in one write are answered in order")
+    func pipelinedRequests() async throws {
+        try await ProxyFixture.with { fixture in
+            let connection = try await fixture.connect()
+            try await connection.send(
+                "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /headers HTTP/1.1\r\nHost: x\r\nX-Second: 1\r\n\r\n"
+                    + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            #expect(try await connection.readHead().status == 200)
+            #expect(String(buffer: try await connection.readBody()) == "ok")
+            #expect(try await connection.readHead().status == 200)
+            #expect(String(buffer: try await connection.readBody()).contains("x-second: 1"))
+            #expect(try await connection.readHead().status == 200)
+            #expect(String(buffer: try await connection.readBody()) == "ok")
+            await connection.close()
+        }
+    }
+
+    @Test("Connection: close is honoured after a complete response, and the backend connection is kept for reuse")
+    func connectionClose() async throws {
+        try await ProxyFixture.with(configure: { $0.proxy.backendMaxConnections = 1 }) { fixture in
+            for _ in 0..<3 {
+                let connection = try await fixture.connect()
+                try await connection.sendRequest("GET", "/health", headers: [("Connection", "close")])
+                let head = try await connection.readHead()
+                #expect(head.status == 200)
+                #expect(head.header("connection") == "close")
+                #expect(String(buffer: try await connection.readBody()) == "ok")
+                #expect(await connection.isClosedByPeer())
+            }
+            #expect(fixture.backend.record.connectionsAccepted <= System.coreCount)
+        }
+    }
+
+    @Test("an HTTP/1.0 request without Host reaches the backend with one")
+    func http10WithoutHost() async throws {
+        try await ProxyFixture.with { fixture in
+            let connection = try await fixture.connect()
+            try await connection.send("GET /headers HTTP/1.0\r\n\r\n")
+            let head = try await connection.readHead()
+            #expect(head.status == 200)
+            let text = String(buffer: try await connection.readBody())
+            #expect(text.contains("host: 127.0.0.1:\(fixture.backend.port)"))
+            #expect(await connection.isClosedByPeer())
+        }
+    }
 }
