@@ -436,3 +436,42 @@ def test_sigterm_during_stream_exits_cleanly(gateway_factory, backend: Backend) 
     finally:
         client.close()
     assert elapsed <= drain_s + 5
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def test_slow_reader_memory(gateway_factory, backend: Backend) -> None:
+    """A client that stops reading a 512 MiB response must not make the gateway hold the response: backpressure
+    pauses the backend instead. Measured on the gateway process itself, which runs only this test's traffic."""
+    gw = gateway_factory(backend)
+    with gw.client() as c:  # warm up: TLS, pools, allocator arenas
+        assert c.get("/health").status_code == 200
+    baseline = rss_bytes(gw.pid)
+    peak = baseline
+    size = 512 * 1024 * 1024
+    with gw.client() as c:
+        with c.stream("GET", "/bytes", params={"size": size, "seed": 3}) as r:
+            assert r.status_code == 200
+            chunks = r.iter_raw(64 * 1024)
+            received = 0
+            while received < 1024 * 1024:
+                received += len(next(chunks))
+            # Stop reading for 3 s: without backpressure the gateway would pull hundreds of MiB meanwhile.
+            for _ in range(30):
+                time.sleep(0.1)
+                peak = max(peak, rss_bytes(gw.pid))
+            # Then read slowly for a while.
+            for _ in range(200):
+                received += len(next(chunks))
+                time.sleep(0.005)
+                peak = max(peak, rss_bytes(gw.pid))
+    growth = peak - baseline
+    print(f"gateway RSS baseline {baseline / 1048576:.1f} MiB, peak {peak / 1048576:.1f} MiB behind a slow reader")
+    assert growth < 32 * 1024 * 1024, f"gateway RSS grew by {growth / 1048576:.1f} MiB behind a slow reader"
