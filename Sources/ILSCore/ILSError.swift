@@ -26,6 +26,12 @@ public struct ILSError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let cannotWrite = Code("cannot_write", exitCode: 73)
         /// A socket could not be bound or a peer could not be reached (EX_UNAVAILABLE).
         public static let unavailable = Code("unavailable", exitCode: 69)
+        /// The named identity, service or file does not exist (EX_NOUSER).
+        public static let notFound = Code("not_found", exitCode: 67)
+        /// The caller is not allowed to do this: no identity, the wrong role, or a blocked identity (EX_NOPERM).
+        public static let permissionDenied = Code("permission_denied", exitCode: 77)
+        /// The request conflicts with the current state, e.g. a duplicate name.
+        public static let conflict = Code("conflict", exitCode: 79)
         /// Something this program should never do happened (EX_SOFTWARE).
         public static let internalError = Code("internal_error", exitCode: 70)
     }

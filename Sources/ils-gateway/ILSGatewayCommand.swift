@@ -25,7 +25,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
             70 internal error, 73 a file could not be written.
             """,
         version: "0.1.0",
-        subcommands: [ServeCommand.self]
+        subcommands: [ControllerCommand.self, AdminCommand.self, EnrollCommand.self, ServeCommand.self]
     )
 
     /// Runs the command; an `ILSError` becomes one sentence on stderr and its exit status.

@@ -54,7 +54,12 @@ struct ParsingTests {
 
     @Test("every error code has a distinct exit status")
     func exitCodes() {
-        let codes: [ILSError.Code] = [.invalidArgument, .invalidInput, .cannotWrite, .unavailable, .internalError]
+        let codes: [ILSError.Code] =
+            [
+                .invalidArgument, .invalidInput, .cannotWrite, .unavailable, .internalError, .notFound,
+                .permissionDenied,
+                .conflict,
+            ] + EnrollmentRefusal.allCases.map { $0.error.code }
         #expect(Set(codes.map(\.exitCode)).count == codes.count)
     }
 }

@@ -1,0 +1,197 @@
+import Foundation
+public import ILSCore
+public import NIOCore
+public import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import X509
+
+/// An HTTPS client of the controller API, for the CLI and for apps.
+///
+/// How the controller is trusted is explicit: either a CA certificate we already hold (from an identity file), or —
+/// only during enrollment — a CA fingerprint from the enrollment token, checked against the chain the controller
+/// presents before a single request byte is sent.
+public struct ControllerClient: Sendable {
+    public enum Trust: Sendable {
+        /// The controller's CA, PEM, as stored in an identity file.
+        case certificateAuthority(String)
+        /// The SHA-256 fingerprint of the controller CA's DER (lowercase hex), from an enrollment token.
+        case pinnedFingerprint(String)
+    }
+
+    /// A client certificate and key to present (mTLS), PEM.
+    public struct ClientIdentity: Sendable {
+        public var certificatePEM: String
+        public var privateKeyPEM: String
+
+        public init(certificatePEM: String, privateKeyPEM: String) {
+            self.certificatePEM = certificatePEM
+            self.privateKeyPEM = privateKeyPEM
+        }
+    }
+
+    /// The largest response accepted from the controller.
+    static let maximumResponseBytes = 8 * 1024 * 1024
+
+    public let address: ControllerAddress
+    public let trust: Trust
+    public let identity: ClientIdentity?
+    public var timeout: TimeAmount = .seconds(10)
+
+    public init(address: ControllerAddress, trust: Trust, identity: ClientIdentity? = nil) {
+        self.address = address
+        self.trust = trust
+        self.identity = identity
+    }
+
+    /// An admin (or any identity) client from an identity file.
+    public init(identityFile: IdentityFile) throws(ILSError) {
+        self.init(
+            address: try ControllerAddress(parsing: identityFile.controller),
+            trust: .certificateAuthority(identityFile.caCertificate),
+            identity: ClientIdentity(certificatePEM: identityFile.certificate, privateKeyPEM: identityFile.privateKey)
+        )
+    }
+
+    /// Sends a request and decodes a JSON answer; a refusal becomes the `ILSError` its code names.
+    public func call<Response: Decodable>(
+        _ method: HTTPMethod,
+        _ path: String,
+        body: (some Encodable)? = Optional<String>.none,
+        as type: Response.Type = Response.self
+    ) async throws(ILSError) -> Response {
+        var data: Data?
+        if let body {
+            do {
+                data = try JSONEncoder().encode(body)
+            } catch {
+                throw ILSError(.internalError, "could not encode the request")
+            }
+        }
+        let (status, responseBody) = try await send(method, path, body: data)
+        guard (200..<300).contains(status) else {
+            throw Self.error(status: status, body: responseBody)
+        }
+        do {
+            return try JSONDecoder().decode(Response.self, from: responseBody)
+        } catch {
+            throw ILSError(.unavailable, "the controller's answer to \(path) was not the expected JSON")
+        }
+    }
+
+    static func error(status: Int, body: Data) -> ILSError {
+        guard let error = try? JSONDecoder().decode(ControllerAPI.ErrorBody.self, from: body) else {
+            return ILSError(.unavailable, "the controller answered HTTP \(status) without an explanation")
+        }
+        if let refusal = EnrollmentRefusal(rawValue: error.code) {
+            return ILSError(refusal.error.code, error.error)
+        }
+        let known: [ILSError.Code] = [.invalidArgument, .invalidInput, .notFound, .permissionDenied, .conflict]
+        let code = known.first { $0.name == error.code } ?? .unavailable
+        return ILSError(code, error.error)
+    }
+
+    /// One request on a fresh TLS connection.
+    func send(_ method: HTTPMethod, _ path: String, body: Data?) async throws(ILSError) -> (Int, Data) {
+        let sslContext = try makeSSLContext()
+        let trust = self.trust
+        let host = address.host
+        let collector = ResponseCollector.Box()
+        let channel: any Channel
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connectTimeout(timeout)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let hostname = ControllerClient.isIPAddress(host) ? nil : host
+                        let handler: NIOSSLClientHandler
+                        if case .pinnedFingerprint(let fingerprint) = trust {
+                            handler = try NIOSSLClientHandler(
+                                context: sslContext,
+                                serverHostname: hostname,
+                                customVerificationCallback: { certificates, promise in
+                                    PinnedVerification.verify(
+                                        certificates,
+                                        fingerprint: fingerprint,
+                                        host: host,
+                                        promise: promise
+                                    )
+                                }
+                            )
+                        } else {
+                            handler = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
+                        }
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        try channel.pipeline.syncOperations.addHandler(
+                            ResponseCollector(box: collector, limit: Self.maximumResponseBytes)
+                        )
+                    }
+                }
+                .connect(host: address.host, port: address.port).get()
+        } catch {
+            throw ILSError(.unavailable, "could not reach the controller at \(address): \(Self.describe(error))")
+        }
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: "\(address.host):\(address.port)")
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Length", value: String(body?.count ?? 0))
+        headers.add(name: "Connection", value: "close")
+        channel.write(
+            HTTPClientRequestPart.head(
+                HTTPRequestHead(
+                    version: .http1_1,
+                    method: method,
+                    uri: path,
+                    headers: headers
+                )
+            ),
+            promise: nil
+        )
+        if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: body))), promise: nil) }
+        channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
+        let timeout = channel.eventLoop.scheduleTask(in: self.timeout) { channel.close(promise: nil) }
+        defer { timeout.cancel() }
+        do {
+            let response = try await collector.future(on: channel.eventLoop).get()
+            try? await channel.close()
+            return response
+        } catch {
+            throw ILSError(.unavailable, "the controller at \(address) did not answer: \(Self.describe(error))")
+        }
+    }
+
+    private func makeSSLContext() throws(ILSError) -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.applicationProtocols = ["http/1.1"]
+        do {
+            if case .certificateAuthority(let pem) = trust {
+                configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))
+            }
+            if let identity {
+                configuration.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificatePEM.utf8))
+                    .map { .certificate($0) }
+                configuration.privateKey = .privateKey(
+                    try NIOSSLPrivateKey(bytes: Array(identity.privateKeyPEM.utf8), format: .pem)
+                )
+                configuration.signingSignatureAlgorithms = [.ed25519]
+            }
+            return try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw ILSError(.invalidInput, "the identity's certificate or key could not be loaded", detail: "\(error)")
+        }
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        host.contains(":") || host.split(separator: ".").count == 4 && host.allSatisfy { $0.isNumber || $0 == "." }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let tls = error as? NIOSSLError, case .handshakeFailed = tls {
+            return "the TLS handshake failed (the controller's certificate is not the one expected)"
+        }
+        if let error = error as? ILSError { return error.reason }
+        return "\(error)"
+    }
+}

@@ -1,0 +1,125 @@
+public import Foundation
+public import ILSCore
+import ILSCrypto
+
+/// The device side of enrollment (`ils-gateway enroll`).
+///
+/// Order matters: everything that can be checked locally is checked before the network is touched; the
+/// controller is reached over TLS pinned to the token's CA fingerprint; the token's signature is verified with the
+/// key the pinned controller publishes; only then is a key pair made (libsodium, on this machine) and the token
+/// spent. The identity file is written atomically with mode 0600, never over an existing file unless forced.
+public enum Enrollment {
+    /// A token given on the command line, or the path of a file holding one.
+    public static func readToken(_ tokenOrFile: String) throws(ILSError) -> String {
+        if tokenOrFile.split(separator: ".").count == 3, !FileManager.default.fileExists(atPath: tokenOrFile) {
+            return tokenOrFile
+        }
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: tokenOrFile),
+            let size = attributes[.size] as? Int, size <= EnrollmentToken.maximumLength,
+            let text = try? String(contentsOfFile: tokenOrFile, encoding: .utf8)
+        else {
+            throw ILSError(
+                .invalidInput,
+                "'\(tokenOrFile.prefix(80))' is neither an enrollment token nor a readable token file"
+            )
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Where the identity file goes when `--out` is not given.
+    public static func defaultPath(for name: String, directory: String = "identities") -> String {
+        "\(directory)/\(name).json"
+    }
+
+    public struct Result: Sendable {
+        public let file: IdentityFile
+        public let path: String
+    }
+
+    public static func enroll(token: String, outputPath: String?, force: Bool, now: Date = Date())
+        async throws(ILSError)
+        -> Result
+    {
+        let parsed = try EnrollmentToken.parse(token)
+        let claims = parsed.claims
+        try EnrollmentToken.checkExpiry(claims, now: Int64(now.timeIntervalSince1970))
+        try IdentityName.validate(claims.ils_name)
+        let path = outputPath ?? defaultPath(for: claims.ils_name)
+        if !force, FileManager.default.fileExists(atPath: path) {
+            throw ILSError(.conflict, "\(path) already exists; give --force to replace it or --out for another file")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
+        let address: ControllerAddress
+        do {
+            address = try ControllerAddress(parsing: claims.iss)
+        } catch {
+            throw EnrollmentRefusal.malformedToken.error
+        }
+
+        let client = ControllerClient(address: address, trust: .pinnedFingerprint(claims.ils_ca))
+        let info: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
+        guard info.address == claims.iss else { throw EnrollmentRefusal.wrongIssuer.error }
+        let caFingerprint = try IdentityCertificateAuthority.fingerprint(pem: info.caCertificate)
+        guard caFingerprint == claims.ils_ca else { throw EnrollmentRefusal.caMismatch.error }
+        guard let tokenKey = Base64URL.decode(info.tokenKey) else { throw EnrollmentRefusal.badSignature.error }
+        _ = try EnrollmentToken.verify(token, publicKey: tokenKey, now: Int64(now.timeIntervalSince1970))
+
+        let keyPair = IdentityKeyPair.generate()
+        let response: ControllerAPI.EnrollResponse = try await client.call(
+            .POST,
+            "/v1/enroll",
+            body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
+        )
+        let certificate = try IdentityCertificate(pem: response.certificate)
+        guard certificate.publicKey == keyPair.publicKey, certificate.id == claims.sub else {
+            throw ILSError(.unavailable, "the controller returned a certificate for a different key or identity")
+        }
+        let file = IdentityFile(
+            controller: response.controller,
+            identity: response.identity,
+            certificate: response.certificate,
+            caCertificate: response.caCertificate,
+            privateKey: keyPair.privateKeyPEM
+        )
+        do {
+            try IdentityFileIO.write(file, to: path, overwrite: force)
+        } catch {
+            throw ILSError(
+                error.code,
+                "\(error.reason); the token is now used, so ask an admin to run 'admin identity reissue \(claims.ils_name)'"
+            )
+        }
+        return Result(file: file, path: path)
+    }
+}
+
+/// Reading and writing identity files.
+public enum IdentityFileIO {
+    public static func write(_ file: IdentityFile, to path: String, overwrite: Bool) throws(ILSError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(file) else { throw ILSError(.internalError, "could not encode") }
+        try SecureFile.write(data, to: path, overwrite: overwrite)
+    }
+
+    public static func read(_ path: String) throws(ILSError) -> IdentityFile {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ILSError(.notFound, "no identity file at \(path); enroll first or give --identity FILE")
+        }
+        guard let file = try? JSONDecoder().decode(IdentityFile.self, from: data) else {
+            throw ILSError(.invalidInput, "\(path) is not an ils-gateway identity file")
+        }
+        return file
+    }
+}
+
+enum IdentityCertificateAuthority {
+    static func fingerprint(pem: String) throws(ILSError) -> String {
+        let lines = pem.split(whereSeparator: \.isNewline).filter { !$0.hasPrefix("-----") }
+        guard let der = Data(base64Encoded: lines.joined()) else {
+            throw EnrollmentRefusal.caMismatch.error
+        }
+        return Fingerprint.sha256(Array(der))
+    }
+}

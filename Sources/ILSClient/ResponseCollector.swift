@@ -1,0 +1,75 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+
+/// Gathers one HTTP response (bounded) and completes a promise with its status and body.
+final class ResponseCollector: ChannelInboundHandler {
+    typealias InboundIn = HTTPClientResponsePart
+
+    /// Hands the promise across the bootstrap's initializer, which runs before the caller holds the channel.
+    final class Box: Sendable {
+        private let promise = NIOLockedValueBox<EventLoopPromise<(Int, Data)>?>(nil)
+
+        func promise(on eventLoop: any EventLoop) -> EventLoopPromise<(Int, Data)> {
+            promise.withLockedValue { existing in
+                if let existing { return existing }
+                let created = eventLoop.makePromise(of: (Int, Data).self)
+                existing = created
+                return created
+            }
+        }
+
+        func future(on eventLoop: any EventLoop) -> EventLoopFuture<(Int, Data)> {
+            promise(on: eventLoop).futureResult
+        }
+    }
+
+    enum Failure: Error {
+        case tooLarge
+        case closedEarly
+    }
+
+    private let box: Box
+    private let limit: Int
+    private var status = 0
+    private var body = Data()
+    private var done = false
+
+    init(box: Box, limit: Int) {
+        self.box = box
+        self.limit = limit
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            status = Int(head.status.code)
+        case .body(let buffer):
+            guard body.count + buffer.readableBytes <= limit else {
+                finish(context, .failure(Failure.tooLarge))
+                context.close(promise: nil)
+                return
+            }
+            body.append(contentsOf: buffer.readableBytesView)
+        case .end:
+            finish(context, .success((status, body)))
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(context, .failure(Failure.closedEarly))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        finish(context, .failure(error))
+        context.close(promise: nil)
+    }
+
+    private func finish(_ context: ChannelHandlerContext, _ result: Result<(Int, Data), any Error>) {
+        guard !done else { return }
+        done = true
+        box.promise(on: context.eventLoop).completeWith(result)
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+public import ILSCore
+import ILSCrypto
+
+/// The controller's decisions, independent of the transport: enrollment and the admin API.
+///
+/// Every enrollment rule is enforced here, on the controller, whatever the client already checked: signature and
+/// algorithm, expiry, issuer, CA pin, a token the store knows and has not consumed, and proof of key possession.
+public struct Controller: Sendable {
+    public let state: ControllerState
+
+    public init(state: ControllerState) {
+        self.state = state
+    }
+
+    public var enrollInfo: ControllerAPI.EnrollInfo {
+        ControllerAPI.EnrollInfo(
+            address: state.address.description,
+            caCertificate: state.authority.certificatePEM,
+            tokenKey: Base64URL.encode(state.tokenKey.publicKey)
+        )
+    }
+
+    /// `POST /v1/enroll`. Nothing is written unless every check passes; the token is consumed in the same store
+    /// transaction that binds the certificate, so of two racing enrollments exactly one wins.
+    public func enroll(_ request: ControllerAPI.EnrollRequest, now: Int64) throws(ILSError)
+        -> ControllerAPI.EnrollResponse
+    {
+        let claims = try EnrollmentToken.verify(request.token, publicKey: state.tokenKey.publicKey, now: now)
+        guard claims.iss == state.address.description else { throw EnrollmentRefusal.wrongIssuer.error }
+        guard claims.ils_ca == state.authority.fingerprint else { throw EnrollmentRefusal.caMismatch.error }
+        let publicKey = try EnrollmentProof.verifiedPublicKey(request)
+        guard let identity = try state.store.identity(id: claims.sub) else { throw EnrollmentRefusal.unknown.error }
+        guard identity.state != .revoked else {
+            throw ILSError(.permissionDenied, "identity '\(identity.name)' is revoked; create a new identity")
+        }
+        let issued: IssuedCertificate
+        do {
+            issued = try state.authority.issueIdentityCertificate(
+                publicKey: publicKey,
+                identity: identity,
+                now: Date(timeIntervalSince1970: TimeInterval(now))
+            )
+        } catch {
+            throw ILSError(.internalError, "could not issue the certificate", detail: "\(error)")
+        }
+        let record = try state.store.consumeToken(
+            jti: claims.jti,
+            identityID: identity.id,
+            now: now,
+            certificate: EnrolledCertificate(
+                fingerprint: issued.fingerprint,
+                notAfter: issued.notAfter,
+                publicKey: Base64URL.encode(publicKey)
+            )
+        )
+        return ControllerAPI.EnrollResponse(
+            identity: record,
+            certificate: issued.pem,
+            caCertificate: state.authority.certificatePEM,
+            controller: state.address.description
+        )
+    }
+
+    /// Records a refused enrollment in the audit log (the reason code only; never the token).
+    public func auditRefusedEnrollment(_ error: ILSError, peer: String) {
+        try? state.store.audit(actor: peer, action: "enroll.refused", target: "-", detail: error.code.name)
+    }
+
+    /// Who is calling the admin API: the identity whose *current* certificate was presented, if it is an active
+    /// admin. A certificate replaced by `reissue`, or of a deleted, disabled or revoked identity, is refused.
+    ///
+    /// The TLS layer already verified the chain to our CA; this adds what only the store knows.
+    public func authenticateAdmin(certificateDER: [UInt8]?) throws(ILSError) -> IdentityRecord {
+        guard let certificateDER else {
+            throw ILSError(.permissionDenied, "the admin API needs an admin identity's client certificate")
+        }
+        let presented = try IdentityCertificate(der: certificateDER)
+        guard let identity = try state.store.identity(id: presented.id),
+            identity.certificateFingerprint == presented.fingerprint
+        else { throw ILSError(.permissionDenied, "this identity certificate is no longer valid") }
+        guard identity.state == .active else {
+            throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
+        }
+        guard identity.role == .admin else {
+            throw ILSError(
+                .permissionDenied,
+                "identity '\(identity.name)' has role \(identity.role.rawValue), not admin"
+            )
+        }
+        return identity
+    }
+
+    public func createIdentity(_ request: ControllerAPI.CreateIdentityRequest, actor: String) throws(ILSError)
+        -> ControllerAPI.TokenResponse
+    {
+        try IdentityName.validate(request.name)
+        for attribute in request.attributes { try IdentityName.validate(attribute) }
+        let now = Int64(Date().timeIntervalSince1970)
+        let identity = IdentityRecord(
+            id: UUID().uuidString.lowercased(),
+            name: request.name,
+            role: request.role,
+            attributes: request.attributes,
+            state: .pending,
+            createdAt: now
+        )
+        let (token, record) = try makeToken(for: identity, lifetime: request.tokenLifetimeSeconds, now: now)
+        try state.store.createIdentity(identity, token: record, actor: actor)
+        return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
+    }
+
+    public func reissue(name: String, lifetime: Int64, actor: String) throws(ILSError) -> ControllerAPI.TokenResponse {
+        guard let identity = try state.store.identity(named: name) else {
+            throw ILSError(.notFound, "no identity named '\(name)'")
+        }
+        guard identity.state != .revoked else {
+            throw ILSError(.conflict, "identity '\(name)' is revoked; create a new identity instead")
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        let (token, record) = try makeToken(for: identity, lifetime: lifetime, now: now)
+        try state.store.replaceToken(record, actor: actor)
+        return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
+    }
+
+    public func identity(named name: String) throws(ILSError) -> IdentityRecord {
+        guard let identity = try state.store.identity(named: name) else {
+            throw ILSError(.notFound, "no identity named '\(name)'")
+        }
+        return identity
+    }
+
+    public func deleteIdentity(named name: String, actor: String) throws(ILSError) {
+        guard try state.store.deleteIdentity(named: name, actor: actor) else {
+            throw ILSError(.notFound, "no identity named '\(name)'")
+        }
+    }
+
+    private func makeToken(for identity: IdentityRecord, lifetime: Int64, now: Int64) throws(ILSError)
+        -> (String, TokenRecord)
+    {
+        guard lifetime > 0, lifetime <= 365 * 86400 else {
+            throw ILSError(.invalidArgument, "a token's lifetime must be between 1 second and 365 days")
+        }
+        let jti = Base64URL.encode(Sodium.randomBytes(16))
+        let claims = EnrollmentToken.Claims(
+            iss: state.address.description,
+            sub: identity.id,
+            jti: jti,
+            iat: now,
+            exp: now + lifetime,
+            caFingerprint: state.authority.fingerprint,
+            name: identity.name,
+            role: identity.role
+        )
+        let token = EnrollmentToken.sign(claims, seed: state.tokenKey.seedForSigning)
+        return (token, TokenRecord(jti: jti, identityID: identity.id, createdAt: now, expiresAt: now + lifetime))
+    }
+}

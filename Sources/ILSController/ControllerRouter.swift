@@ -1,0 +1,126 @@
+import Foundation
+import ILSCore
+import Logging
+import NIOHTTP1
+
+/// A request as the controller API sees it: method, path, query, a bounded body, and the caller's verified client
+/// certificate (DER) when one was presented.
+struct APIRequest {
+    var method: HTTPMethod
+    var path: String
+    var query: [String: String]
+    var body: [UInt8]
+    var clientCertificate: [UInt8]?
+    var peer: String
+}
+
+struct APIResponse {
+    var status: HTTPResponseStatus
+    var body: Data
+}
+
+/// Routes controller API requests to `Controller` and turns every outcome into JSON.
+struct ControllerRouter: Sendable {
+    let controller: Controller
+    let logger: Logger
+
+    func handle(_ request: APIRequest) -> APIResponse {
+        do throws(ILSError) {
+            return try route(request)
+        } catch {
+            if error.code == .internalError {
+                logger.error("request failed", metadata: ["path": "\(request.path)", "error": "\(error.detail ?? "")"])
+            }
+            return Self.failure(error)
+        }
+    }
+
+    private func route(_ request: APIRequest) throws(ILSError) -> APIResponse {
+        let segments = request.path.split(separator: "/").map(String.init)
+        switch (request.method, segments.joined(separator: "/")) {
+        case (.GET, "v1/health"):
+            return try Self.json(["status": "ok"])
+        case (.GET, "v1/enroll/info"):
+            return try Self.json(controller.enrollInfo)
+        case (.POST, "v1/enroll"):
+            let body = try Self.decode(ControllerAPI.EnrollRequest.self, request.body)
+            do throws(ILSError) {
+                let response = try controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
+                logger.info("enrolled", metadata: ["identity": "\(response.identity.name)", "peer": "\(request.peer)"])
+                return try Self.json(response)
+            } catch {
+                controller.auditRefusedEnrollment(error, peer: request.peer)
+                logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
+                throw error
+            }
+        case (_, _) where segments.starts(with: ["v1", "admin"]):
+            let admin = try controller.authenticateAdmin(certificateDER: request.clientCertificate)
+            return try routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)
+        default:
+            throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")
+        }
+    }
+
+    private func routeAdmin(_ request: APIRequest, _ path: [String], actor: String) throws(ILSError) -> APIResponse {
+        let name = path.count >= 2 ? path[1] : ""
+        switch (request.method, path.first ?? "", path.count, path.last ?? "") {
+        case (.GET, "identities", 1, _):
+            return try Self.json(try controller.state.store.identities())
+        case (.POST, "identities", 1, _):
+            let body = try Self.decode(ControllerAPI.CreateIdentityRequest.self, request.body)
+            return try Self.json(try controller.createIdentity(body, actor: actor), status: .created)
+        case (.GET, "identities", 2, _):
+            return try Self.json(try controller.identity(named: name))
+        case (.DELETE, "identities", 2, _):
+            try controller.deleteIdentity(named: name, actor: actor)
+            return try Self.json(["deleted": name])
+        case (.POST, "identities", 3, "reissue"):
+            let body = try Self.decode(ControllerAPI.ReissueRequest.self, request.body)
+            return try Self.json(try controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor))
+        case (.GET, "audit", 1, _):
+            let since = request.query["since"].flatMap(Int64.init) ?? 0
+            return try Self.json(try controller.state.store.auditEntries(since: since))
+        default:
+            throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
+        }
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws(ILSError) -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(body))
+        } catch {
+            throw ILSError(.invalidArgument, "the request body is not the expected JSON")
+        }
+    }
+
+    static func json<T: Encodable>(_ value: T, status: HTTPResponseStatus = .ok) throws(ILSError) -> APIResponse {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        do {
+            return APIResponse(status: status, body: try encoder.encode(value))
+        } catch {
+            throw ILSError(.internalError, "could not encode the response")
+        }
+    }
+
+    /// Maps an error to its HTTP status; the body carries the stable code and the safe sentence, never `detail`.
+    static func failure(_ error: ILSError) -> APIResponse {
+        let status: HTTPResponseStatus
+        switch error.code.name {
+        case EnrollmentRefusal.used.rawValue: status = .conflict
+        case EnrollmentRefusal.expired.rawValue: status = .gone
+        case EnrollmentRefusal.unknown.rawValue: status = .notFound
+        case EnrollmentRefusal.malformedToken.rawValue, EnrollmentRefusal.unsupportedAlgorithm.rawValue:
+            status = .badRequest
+        case _ where error.code.name.hasPrefix("token_") || error.code.name.hasPrefix("enroll_"): status = .forbidden
+        case ILSError.Code.invalidArgument.name, ILSError.Code.invalidInput.name: status = .badRequest
+        case ILSError.Code.notFound.name: status = .notFound
+        case ILSError.Code.permissionDenied.name: status = .forbidden
+        case ILSError.Code.conflict.name: status = .conflict
+        default: status = .internalServerError
+        }
+        let body = ControllerAPI.ErrorBody(error: error.reason, code: error.code.name)
+        let data = (try? JSONEncoder().encode(body)) ?? Data()
+        return APIResponse(status: status, body: data)
+    }
+}

@@ -1,0 +1,115 @@
+public import ILSCore
+public import Logging
+import NIOConcurrencyHelpers
+public import NIOCore
+import NIOHTTP1
+public import NIOPosix
+import NIOSSL
+public import ServiceLifecycle
+
+/// The controller's one public port: TLS (client certificates optional, verified against the controller CA when
+/// presented), HTTP/1.1, JSON. Enrollment needs no client certificate; the admin API needs an admin's.
+public final class ControllerServer: Service, Sendable {
+    /// The largest request body accepted; every API body is far smaller.
+    static let maximumBodyBytes = 64 * 1024
+    /// An idle connection is closed after this long.
+    static let idleTimeout: TimeAmount = .seconds(30)
+
+    private let listen: HostPort
+    private let group: MultiThreadedEventLoopGroup
+    private let logger: Logger
+    private let router: ControllerRouter
+    private let tlsContext: NIOSSLContext
+    private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+
+    public init(
+        state: ControllerState,
+        listen: HostPort,
+        group: MultiThreadedEventLoopGroup = .singleton,
+        logger: Logger
+    ) throws(ILSError) {
+        self.listen = listen
+        self.group = group
+        self.logger = logger
+        self.router = ControllerRouter(controller: Controller(state: state), logger: logger)
+        do {
+            let chain = try NIOSSLCertificate.fromPEMBytes(Array(state.serverCertificatePEM.utf8))
+            let key = try NIOSSLPrivateKey(bytes: Array(state.serverKeyPEM.utf8), format: .pem)
+            var configuration = TLSConfiguration.makeServerConfiguration(
+                certificateChain: chain.map { .certificate($0) },
+                privateKey: .privateKey(key)
+            )
+            configuration.minimumTLSVersion = .tlsv12
+            configuration.trustRoots = .certificates(
+                try NIOSSLCertificate.fromPEMBytes(Array(state.authority.certificatePEM.utf8))
+            )
+            configuration.certificateVerification = .optionalVerification
+            // Identity certificates hold Ed25519 keys: accept their CertificateVerify signatures (RFC 8446 §4.2.3).
+            configuration.verifySignatureAlgorithms = [
+                .ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .rsaPssRsaeSha256, .rsaPssRsaeSha384,
+                .rsaPkcs1Sha256,
+            ]
+            configuration.applicationProtocols = ["http/1.1"]
+            tlsContext = try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw ILSError(
+                .invalidInput,
+                "the controller's TLS certificate or key could not be loaded",
+                detail: "\(error)"
+            )
+        }
+    }
+
+    /// Binds and starts serving in the background of `run`. Returns the bound address.
+    public func start() async throws(ILSError) -> SocketAddress {
+        let tlsContext = self.tlsContext
+        let router = self.router
+        let logger = self.logger
+        let server: any Channel
+        do {
+            server = try await ServerBootstrap(group: group)
+                .serverChannelOption(.backlog, value: 256)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let pipeline = channel.pipeline.syncOperations
+                        try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
+                        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
+                        try pipeline.configureHTTPServerPipeline(withErrorHandling: true)
+                        try pipeline.addHandler(
+                            ControllerHTTPHandler(
+                                router: router,
+                                logger: logger,
+                                maximumBodyBytes: Self.maximumBodyBytes
+                            )
+                        )
+                    }
+                }
+                .bind(host: listen.host, port: listen.port).get()
+        } catch {
+            throw ILSError(.unavailable, "could not listen on \(listen): \(error)")
+        }
+        channel.withLockedValue { $0 = server }
+        guard let address = server.localAddress else { throw ILSError(.internalError, "no local address") }
+        return address
+    }
+
+    public func shutdown() async {
+        let server = channel.withLockedValue { channel in
+            defer { channel = nil }
+            return channel
+        }
+        try? await server?.close()
+    }
+
+    public func run() async throws {
+        let address = try await start()
+        logger.info(
+            "controller listening",
+            metadata: ["listen": "https://\(address.ipAddress ?? "?"):\(address.port ?? 0)"]
+        )
+        try? await gracefulShutdown()
+        await shutdown()
+        logger.info("controller stopped")
+    }
+}

@@ -1,0 +1,171 @@
+public import Foundation
+public import ILSCore
+public import ILSCrypto
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The controller's state directory: CA, TLS certificate, token key, configuration and the identity store.
+///
+/// ```
+/// DIR/controller.json   address and CA fingerprint
+/// DIR/ca.pem, ca.key    the CA (key 0600)
+/// DIR/server.pem, .key  TLS certificate for the address, chain includes the CA (key 0600)
+/// DIR/token.key         Ed25519 key that signs enrollment tokens (0600)
+/// DIR/store.sqlite      identities, tokens, services, audit (WAL mode)
+/// ```
+public struct ControllerState: Sendable {
+    struct Configuration: Codable {
+        var version: Int
+        var address: String
+        var caFingerprint: String
+    }
+
+    public let directory: String
+    public let address: ControllerAddress
+    public let authority: CertificateAuthority
+    public let serverCertificatePEM: String
+    public let serverKeyPEM: String
+    let tokenKey: IdentityKeyPair
+    public let store: any IdentityStore
+
+    /// The default service every fresh controller has: devices dial it, gateways host it.
+    public static let defaultService = ServiceRecord(name: "claude-api", dialRoles: [.device], bindRoles: [.gateway])
+
+    /// Creates a state directory and the first admin identity. Refuses to touch an existing, non-empty directory
+    /// and to overwrite an existing admin file; on any failure, removes what it created.
+    public static func initialize(directory: String, address: ControllerAddress, adminOut: String, now: Date = Date())
+        throws(ILSError) -> ControllerState
+    {
+        let manager = FileManager.default
+        if let contents = try? manager.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+            throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
+        }
+        if manager.fileExists(atPath: adminOut) {
+            throw ILSError(.conflict, "\(adminOut) already exists; choose another --admin-out or move it away")
+        }
+        let existed = manager.fileExists(atPath: directory)
+        try SecureFile.createPrivateDirectory(directory)
+        do throws(ILSError) {
+            let authority: CertificateAuthority
+            let server: (certificatePEM: String, privateKeyPEM: String)
+            do {
+                authority = try CertificateAuthority.create(name: "ils-gateway controller CA", now: now)
+                server = try authority.issueServerCertificate(host: address.host, now: now)
+            } catch {
+                throw ILSError(.internalError, "could not create the controller CA: \(error)")
+            }
+            let tokenKey = IdentityKeyPair.generate()
+            try write(authority.certificatePEM, "ca.pem", in: directory)
+            try write(authority.privateKeyPEM, "ca.key", in: directory)
+            try write(server.certificatePEM + "\n" + authority.certificatePEM, "server.pem", in: directory)
+            try write(server.privateKeyPEM, "server.key", in: directory)
+            try write(tokenKey.privateKeyPEM, "token.key", in: directory)
+            let configuration = Configuration(
+                version: 1,
+                address: address.description,
+                caFingerprint: authority.fingerprint
+            )
+            try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
+            let store = try SQLiteIdentityStore(path: "\(directory)/store.sqlite")
+            try store.createService(defaultService)
+            let state = ControllerState(
+                directory: directory,
+                address: address,
+                authority: authority,
+                serverCertificatePEM: server.certificatePEM + "\n" + authority.certificatePEM,
+                serverKeyPEM: server.privateKeyPEM,
+                tokenKey: tokenKey,
+                store: store
+            )
+            try state.bootstrapAdmin(writeTo: adminOut, now: now)
+            return state
+        } catch {
+            if existed {
+                for name in (try? manager.contentsOfDirectory(atPath: directory)) ?? [] {
+                    try? manager.removeItem(atPath: "\(directory)/\(name)")
+                }
+            } else {
+                try? manager.removeItem(atPath: directory)
+            }
+            throw error
+        }
+    }
+
+    /// Opens an existing state directory.
+    public static func load(directory: String) throws(ILSError) -> ControllerState {
+        func read(_ name: String) throws(ILSError) -> String {
+            guard let text = try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8) else {
+                throw ILSError(
+                    .invalidInput,
+                    "\(directory)/\(name) is missing or unreadable; is \(directory) a controller state directory "
+                        + "(ils-gateway controller init)?"
+                )
+            }
+            return text
+        }
+        let configurationText = try read("controller.json")
+        guard let configuration = try? JSONDecoder().decode(Configuration.self, from: Data(configurationText.utf8))
+        else { throw ILSError(.invalidInput, "\(directory)/controller.json is not valid") }
+        let address = try ControllerAddress(parsing: configuration.address)
+        let authority: CertificateAuthority
+        do {
+            authority = try CertificateAuthority(certificatePEM: try read("ca.pem"), privateKeyPEM: try read("ca.key"))
+        } catch let error as ILSError {
+            throw error
+        } catch {
+            throw ILSError(.invalidInput, "the CA in \(directory) could not be loaded")
+        }
+        guard authority.fingerprint == configuration.caFingerprint else {
+            throw ILSError(.invalidInput, "\(directory)/ca.pem does not match the fingerprint in controller.json")
+        }
+        let tokenKey = try IdentityKeyPair(privateKeyPEM: try read("token.key"))
+        return ControllerState(
+            directory: directory,
+            address: address,
+            authority: authority,
+            serverCertificatePEM: try read("server.pem"),
+            serverKeyPEM: try read("server.key"),
+            tokenKey: tokenKey,
+            store: try SQLiteIdentityStore(path: "\(directory)/store.sqlite")
+        )
+    }
+
+    /// Makes the admin identity on this machine (the key never leaves it) through the same token path as every
+    /// other enrollment, and writes its identity file.
+    private func bootstrapAdmin(writeTo path: String, now: Date) throws(ILSError) {
+        let controller = Controller(state: self)
+        let created = try controller.createIdentity(
+            ControllerAPI.CreateIdentityRequest(name: "admin", role: .admin, attributes: [], tokenLifetimeSeconds: 600),
+            actor: "controller-init"
+        )
+        let keyPair = IdentityKeyPair.generate()
+        let request = EnrollmentProof.makeRequest(token: created.token, keyPair: keyPair)
+        let response = try controller.enroll(request, now: Int64(now.timeIntervalSince1970))
+        let file = IdentityFile(
+            controller: address.description,
+            identity: response.identity,
+            certificate: response.certificate,
+            caCertificate: response.caCertificate,
+            privateKey: keyPair.privateKeyPEM
+        )
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
+        try SecureFile.write(try Self.encode(file), to: path, overwrite: false)
+    }
+
+    private static func write(_ text: String, _ name: String, in directory: String) throws(ILSError) {
+        try SecureFile.write(Data(text.utf8), to: "\(directory)/\(name)", overwrite: false)
+    }
+
+    static func encode<T: Encodable>(_ value: T) throws(ILSError) -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        do {
+            return try encoder.encode(value)
+        } catch {
+            throw ILSError(.internalError, "could not encode JSON: \(error)")
+        }
+    }
+}

@@ -1,0 +1,72 @@
+public import ILSCore
+
+/// An outstanding one-time enrollment token.
+public struct TokenRecord: Sendable, Hashable {
+    public var jti: String
+    public var identityID: String
+    public var createdAt: Int64
+    public var expiresAt: Int64
+
+    public init(jti: String, identityID: String, createdAt: Int64, expiresAt: Int64) {
+        self.jti = jti
+        self.identityID = identityID
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A service and who may dial and bind (host) it, by role.
+public struct ServiceRecord: Sendable, Hashable, Codable {
+    public var name: String
+    public var dialRoles: [IdentityRole]
+    public var bindRoles: [IdentityRole]
+
+    public init(name: String, dialRoles: [IdentityRole], bindRoles: [IdentityRole]) {
+        self.name = name
+        self.dialRoles = dialRoles
+        self.bindRoles = bindRoles
+    }
+}
+
+/// The certificate an enrollment installs.
+public struct EnrolledCertificate: Sendable {
+    public var fingerprint: String
+    public var notAfter: Int64
+    public var publicKey: String
+
+    public init(fingerprint: String, notAfter: Int64, publicKey: String) {
+        self.fingerprint = fingerprint
+        self.notAfter = notAfter
+        self.publicKey = publicKey
+    }
+}
+
+/// The controller's persistent state. SQLite (`SQLiteIdentityStore`) is the embedded default; the protocol exists
+/// so a PostgreSQL store can back several controller replicas later. Every method is one transaction.
+public protocol IdentityStore: Sendable {
+    /// Adds a pending identity with its first token. Refuses a duplicate name.
+    func createIdentity(_ identity: IdentityRecord, token: TokenRecord, actor: String) throws(ILSError)
+    func identity(named name: String) throws(ILSError) -> IdentityRecord?
+    func identity(id: String) throws(ILSError) -> IdentityRecord?
+    func identities() throws(ILSError) -> [IdentityRecord]
+    /// Removes an identity, its tokens and its certificate binding. Returns whether it existed.
+    func deleteIdentity(named name: String, actor: String) throws(ILSError) -> Bool
+    /// Replaces every outstanding token of the identity with `token`.
+    func replaceToken(_ token: TokenRecord, actor: String) throws(ILSError)
+    /// Atomically consumes `jti` for `identityID` and binds `certificate`; exactly one concurrent caller can win.
+    /// Throws the `EnrollmentRefusal` error that applies (unknown, used, expired).
+    func consumeToken(jti: String, identityID: String, now: Int64, certificate: EnrolledCertificate)
+        throws(ILSError) -> IdentityRecord
+    func service(named name: String) throws(ILSError) -> ServiceRecord?
+    func createService(_ service: ServiceRecord) throws(ILSError)
+    func audit(actor: String, action: String, target: String, detail: String) throws(ILSError)
+    func auditEntries(since: Int64) throws(ILSError) -> [AuditEntry]
+}
+
+public struct AuditEntry: Sendable, Hashable, Codable {
+    public var at: Int64
+    public var actor: String
+    public var action: String
+    public var target: String
+    public var detail: String
+}

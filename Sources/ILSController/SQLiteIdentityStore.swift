@@ -1,0 +1,266 @@
+import Foundation
+public import ILSCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The embedded store: one SQLite file in WAL mode with versioned migrations.
+public final class SQLiteIdentityStore: IdentityStore {
+    private let database: SQLiteDatabase
+
+    /// Each entry upgrades the schema by one version (`PRAGMA user_version`); never edit a shipped entry.
+    private static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE identities (
+                id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, attributes TEXT NOT NULL,
+                state TEXT NOT NULL, created_at INTEGER NOT NULL, cert_fingerprint TEXT, cert_not_after INTEGER,
+                public_key TEXT, last_seen_at INTEGER)
+            """,
+            """
+            CREATE TABLE enrollment_tokens (
+                jti TEXT PRIMARY KEY, identity_id TEXT NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+                created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, consumed_at INTEGER)
+            """,
+            "CREATE INDEX enrollment_tokens_identity ON enrollment_tokens(identity_id)",
+            """
+            CREATE TABLE services (
+                name TEXT PRIMARY KEY, dial_roles TEXT NOT NULL, bind_roles TEXT NOT NULL, created_at INTEGER NOT NULL)
+            """,
+            """
+            CREATE TABLE audit (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
+                target TEXT NOT NULL, detail TEXT NOT NULL)
+            """,
+        ]
+    ]
+
+    public init(path: String) throws(ILSError) {
+        // Create the file owner-only before SQLite does (it would use 0644); its -wal and -shm files copy the mode.
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+        database = try SQLiteDatabase(path: path)
+        try migrate()
+    }
+
+    private func migrate() throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            let version = try database.query("PRAGMA user_version").first?.first?.integer ?? 0
+            guard version <= Int64(Self.migrations.count) else {
+                throw ILSError(
+                    .invalidInput,
+                    "the store \(database.path) was written by a newer ils-gateway (schema \(version)); upgrade first"
+                )
+            }
+            for migration in Self.migrations.dropFirst(Int(version)) {
+                for statement in migration { try database.execute(statement) }
+            }
+            try database.execute("PRAGMA user_version = \(Self.migrations.count)")
+        }
+    }
+
+    private static let identityColumns =
+        "id, name, role, attributes, state, created_at, cert_fingerprint, cert_not_after, last_seen_at"
+
+    private static func identity(from row: [SQLiteValue]) -> IdentityRecord? {
+        guard row.count == 9, let id = row[0].text, let name = row[1].text,
+            let role = row[2].text.flatMap(IdentityRole.init(rawValue:)),
+            let state = row[4].text.flatMap(IdentityState.init(rawValue:)), let createdAt = row[5].integer
+        else { return nil }
+        let attributes = (row[3].text ?? "").split(separator: ",").map(String.init)
+        return IdentityRecord(
+            id: id,
+            name: name,
+            role: role,
+            attributes: attributes,
+            state: state,
+            createdAt: createdAt,
+            certificateFingerprint: row[6].text,
+            certificateNotAfter: row[7].integer,
+            lastSeenAt: row[8].integer
+        )
+    }
+
+    public func createIdentity(_ identity: IdentityRecord, token: TokenRecord, actor: String) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            guard try database.query("SELECT 1 FROM identities WHERE name = ?", [.text(identity.name)]).isEmpty else {
+                throw ILSError(.invalidArgument, "an identity named '\(identity.name)' already exists")
+            }
+            try database.execute(
+                "INSERT INTO identities (id, name, role, attributes, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    .text(identity.id), .text(identity.name), .text(identity.role.rawValue),
+                    .text(identity.attributes.joined(separator: ",")), .text(identity.state.rawValue),
+                    .integer(identity.createdAt),
+                ]
+            )
+            try insertToken(token)
+            try insertAudit(
+                actor: actor,
+                action: "identity.create",
+                target: identity.name,
+                detail: "role=\(identity.role.rawValue)"
+            )
+        }
+    }
+
+    private func insertToken(_ token: TokenRecord) throws(ILSError) {
+        try database.execute(
+            "INSERT INTO enrollment_tokens (jti, identity_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+            [.text(token.jti), .text(token.identityID), .integer(token.createdAt), .integer(token.expiresAt)]
+        )
+    }
+
+    private func insertAudit(actor: String, action: String, target: String, detail: String) throws(ILSError) {
+        try database.execute(
+            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+            [.integer(Int64(Date().timeIntervalSince1970)), .text(actor), .text(action), .text(target), .text(detail)]
+        )
+    }
+
+    public func identity(named name: String) throws(ILSError) -> IdentityRecord? {
+        try database.withConnection { () throws(ILSError) in
+            try database.query("SELECT \(Self.identityColumns) FROM identities WHERE name = ?", [.text(name)])
+                .first.flatMap(Self.identity(from:))
+        }
+    }
+
+    public func identity(id: String) throws(ILSError) -> IdentityRecord? {
+        try database.withConnection { () throws(ILSError) in
+            try database.query("SELECT \(Self.identityColumns) FROM identities WHERE id = ?", [.text(id)])
+                .first.flatMap(Self.identity(from:))
+        }
+    }
+
+    public func identities() throws(ILSError) -> [IdentityRecord] {
+        try database.withConnection { () throws(ILSError) in
+            try database.query("SELECT \(Self.identityColumns) FROM identities ORDER BY name")
+                .compactMap(Self.identity(from:))
+        }
+    }
+
+    public func deleteIdentity(named name: String, actor: String) throws(ILSError) -> Bool {
+        try database.transaction { () throws(ILSError) in
+            let removed = try database.execute("DELETE FROM identities WHERE name = ?", [.text(name)])
+            if removed > 0 { try insertAudit(actor: actor, action: "identity.delete", target: name, detail: "") }
+            return removed > 0
+        }
+    }
+
+    public func replaceToken(_ token: TokenRecord, actor: String) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            try database.execute(
+                "DELETE FROM enrollment_tokens WHERE identity_id = ? AND consumed_at IS NULL",
+                [.text(token.identityID)]
+            )
+            try insertToken(token)
+            let name =
+                try database.query("SELECT name FROM identities WHERE id = ?", [.text(token.identityID)])
+                .first?.first?.text ?? token.identityID
+            try insertAudit(actor: actor, action: "identity.reissue", target: name, detail: "")
+        }
+    }
+
+    public func consumeToken(jti: String, identityID: String, now: Int64, certificate: EnrolledCertificate)
+        throws(ILSError) -> IdentityRecord
+    {
+        try database.transaction { () throws(ILSError) -> IdentityRecord in
+            guard
+                let row = try database.query(
+                    "SELECT identity_id, expires_at, consumed_at FROM enrollment_tokens WHERE jti = ?",
+                    [.text(jti)]
+                ).first, row[0].text == identityID
+            else { throw EnrollmentRefusal.unknown.error }
+            guard row[2] == .null else { throw EnrollmentRefusal.used.error }
+            guard let expiresAt = row[1].integer, now < expiresAt else { throw EnrollmentRefusal.expired.error }
+            let consumed = try database.execute(
+                "UPDATE enrollment_tokens SET consumed_at = ? WHERE jti = ? AND consumed_at IS NULL",
+                [.integer(now), .text(jti)]
+            )
+            guard consumed == 1 else { throw EnrollmentRefusal.used.error }
+            let updated = try database.execute(
+                """
+                UPDATE identities SET state = CASE state WHEN 'pending' THEN 'active' ELSE state END,
+                    cert_fingerprint = ?, cert_not_after = ?, public_key = ?, last_seen_at = ?
+                WHERE id = ? AND state IN ('pending', 'active', 'disabled')
+                """,
+                [
+                    .text(certificate.fingerprint), .integer(certificate.notAfter), .text(certificate.publicKey),
+                    .integer(now), .text(identityID),
+                ]
+            )
+            guard updated == 1,
+                let record = try database.query(
+                    "SELECT \(Self.identityColumns) FROM identities WHERE id = ?",
+                    [.text(identityID)]
+                ).first.flatMap(Self.identity(from:))
+            else { throw EnrollmentRefusal.unknown.error }
+            try insertAudit(
+                actor: record.name,
+                action: "identity.enroll",
+                target: record.name,
+                detail: "certificate=\(certificate.fingerprint.prefix(16))"
+            )
+            return record
+        }
+    }
+
+    public func service(named name: String) throws(ILSError) -> ServiceRecord? {
+        try database.withConnection { () throws(ILSError) -> ServiceRecord? in
+            guard
+                let row = try database.query(
+                    "SELECT name, dial_roles, bind_roles FROM services WHERE name = ?",
+                    [.text(name)]
+                ).first
+            else { return nil }
+            func roles(_ value: SQLiteValue) -> [IdentityRole] {
+                (value.text ?? "").split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) }
+            }
+            return ServiceRecord(name: row[0].text ?? name, dialRoles: roles(row[1]), bindRoles: roles(row[2]))
+        }
+    }
+
+    public func createService(_ service: ServiceRecord) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            try database.execute(
+                "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (?, ?, ?, ?)",
+                [
+                    .text(service.name), .text(service.dialRoles.map(\.rawValue).joined(separator: ",")),
+                    .text(service.bindRoles.map(\.rawValue).joined(separator: ",")),
+                    .integer(Int64(Date().timeIntervalSince1970)),
+                ]
+            )
+        }
+    }
+
+    public func audit(actor: String, action: String, target: String, detail: String) throws(ILSError) {
+        try database.withConnection { () throws(ILSError) in
+            try insertAudit(actor: actor, action: action, target: target, detail: detail)
+        }
+    }
+
+    public func auditEntries(since: Int64) throws(ILSError) -> [AuditEntry] {
+        try database.withConnection { () throws(ILSError) in
+            try database.query(
+                "SELECT at, actor, action, target, detail FROM audit WHERE at >= ? ORDER BY seq",
+                [.integer(since)]
+            ).map { row in
+                AuditEntry(
+                    at: row[0].integer ?? 0,
+                    actor: row[1].text ?? "",
+                    action: row[2].text ?? "",
+                    target: row[3].text ?? "",
+                    detail: row[4].text ?? ""
+                )
+            }
+        }
+    }
+
+    /// `PRAGMA integrity_check`, for operators and fault tests.
+    public func integrityCheck() throws(ILSError) -> Bool {
+        try database.withConnection { () throws(ILSError) in
+            try database.query("PRAGMA integrity_check").first?.first?.text == "ok"
+        }
+    }
+}

@@ -1,0 +1,132 @@
+/// The JSON bodies of the controller's HTTPS API (docs/protocol.md, "Controller API"). Field names are API.
+public enum ControllerAPI {
+    /// `GET /v1/enroll/info`: what a device needs to check its token, fetched over TLS pinned to the CA fingerprint
+    /// the token carries.
+    public struct EnrollInfo: Codable, Sendable {
+        /// The controller's URL, which a token's `iss` must equal.
+        public var address: String
+        /// The controller CA certificate, PEM.
+        public var caCertificate: String
+        /// The controller's enrollment-token verification key: Ed25519, 32 bytes, base64url without padding.
+        public var tokenKey: String
+
+        public init(address: String, caCertificate: String, tokenKey: String) {
+            self.address = address
+            self.caCertificate = caCertificate
+            self.tokenKey = tokenKey
+        }
+    }
+
+    /// `POST /v1/enroll`.
+    public struct EnrollRequest: Codable, Sendable {
+        /// The one-time enrollment JWT, as issued.
+        public var token: String
+        /// The new identity's Ed25519 public key, base64url without padding.
+        public var publicKey: String
+        /// Proof of possession: the Ed25519 signature, by the new key, of `"ils-enroll-v1\n" + token`,
+        /// base64url without padding.
+        public var proof: String
+
+        public init(token: String, publicKey: String, proof: String) {
+            self.token = token
+            self.publicKey = publicKey
+            self.proof = proof
+        }
+
+        public static let proofContext = "ils-enroll-v1\n"
+    }
+
+    public struct EnrollResponse: Codable, Sendable {
+        public var identity: IdentityRecord
+        /// The identity's certificate, PEM.
+        public var certificate: String
+        /// The CA chain to trust, PEM.
+        public var caCertificate: String
+        public var controller: String
+
+        public init(identity: IdentityRecord, certificate: String, caCertificate: String, controller: String) {
+            self.identity = identity
+            self.certificate = certificate
+            self.caCertificate = caCertificate
+            self.controller = controller
+        }
+    }
+
+    /// `POST /v1/admin/identities`.
+    public struct CreateIdentityRequest: Codable, Sendable {
+        public var name: String
+        public var role: IdentityRole
+        public var attributes: [String]
+        /// Token lifetime in seconds.
+        public var tokenLifetimeSeconds: Int64
+
+        public init(name: String, role: IdentityRole, attributes: [String], tokenLifetimeSeconds: Int64) {
+            self.name = name
+            self.role = role
+            self.attributes = attributes
+            self.tokenLifetimeSeconds = tokenLifetimeSeconds
+        }
+    }
+
+    /// `POST /v1/admin/identities/NAME/reissue`.
+    public struct ReissueRequest: Codable, Sendable {
+        public var tokenLifetimeSeconds: Int64
+
+        public init(tokenLifetimeSeconds: Int64) {
+            self.tokenLifetimeSeconds = tokenLifetimeSeconds
+        }
+    }
+
+    /// Answer to create and reissue: the identity and its one-time enrollment token.
+    public struct TokenResponse: Codable, Sendable {
+        public var identity: IdentityRecord
+        public var token: String
+        public var expiresAt: Int64
+
+        public init(identity: IdentityRecord, token: String, expiresAt: Int64) {
+            self.identity = identity
+            self.token = token
+            self.expiresAt = expiresAt
+        }
+    }
+
+    /// Every refusal: HTTP status plus this body. `code` is API (see `EnrollmentRefusal` and docs/protocol.md).
+    public struct ErrorBody: Codable, Sendable, Error {
+        public var error: String
+        public var code: String
+
+        public init(error: String, code: String) {
+            self.error = error
+            self.code = code
+        }
+    }
+}
+
+/// The identity file a device, gateway or admin keeps (`identities/NAME.json`, mode 0600). It holds the private
+/// key: it never leaves the machine it was made on.
+public struct IdentityFile: Codable, Sendable {
+    public var version: Int
+    public var controller: String
+    public var identity: IdentityRecord
+    /// The identity certificate, PEM.
+    public var certificate: String
+    /// The controller CA, PEM.
+    public var caCertificate: String
+    /// The Ed25519 private key, PKCS#8 PEM.
+    public var privateKey: String
+
+    public init(
+        controller: String,
+        identity: IdentityRecord,
+        certificate: String,
+        caCertificate: String,
+        privateKey: String
+    ) {
+        self.version = 1
+        self.controller = controller
+        self.identity = identity
+        self.certificate = certificate
+        self.caCertificate = caCertificate
+        self.privateKey = privateKey
+    }
+}

@@ -1,0 +1,95 @@
+import ArgumentParser
+import Foundation
+import ILSController
+import ILSCore
+import Logging
+import ServiceLifecycle
+
+/// `ils-gateway controller`: the overlay controller.
+struct ControllerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "controller",
+        abstract: "Create and run the overlay controller (CA, identity store, enrollment, admin API).",
+        subcommands: [Init.self, Run.self]
+    )
+
+    struct StateDirectory: ParsableArguments {
+        @Option(help: "Controller state directory (CA, keys, SQLite store). Env: ILS_STATE_DIR.")
+        var stateDir: String?
+
+        func resolved() throws(ILSError) -> String {
+            guard let directory = stateDir ?? ProcessEnvironment()["ILS_STATE_DIR"] else {
+                throw ILSError(.invalidArgument, "give --state-dir DIR (or set ILS_STATE_DIR)")
+            }
+            return directory
+        }
+    }
+
+    struct Init: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a controller: CA, TLS certificate, token key, store, the claude-api service, an admin.",
+            discussion: """
+                Refuses to touch a directory that already has files in it. Private keys are written with mode 0600.
+
+                Example:
+                  ils-gateway controller init --state-dir /var/lib/ils --address https://ctl.example.net:7443
+                """
+        )
+
+        @OptionGroup var state: StateDirectory
+
+        @Option(help: "The URL devices and gateways will dial, https://HOST:PORT. It goes into every token.")
+        var address: String
+
+        @Option(help: "Where to write the admin identity file.")
+        var adminOut: String = "identities/admin.json"
+
+        func run() async throws {
+            let directory = try state.resolved()
+            let address = try ControllerAddress(parsing: address)
+            let controller = try ControllerState.initialize(directory: directory, address: address, adminOut: adminOut)
+            print("controller state created in \(directory)")
+            print("CA fingerprint (sha256): \(controller.authority.fingerprint)")
+            print("admin identity written to \(adminOut) (keep it private)")
+            print("next: ils-gateway controller run --state-dir \(directory)")
+        }
+    }
+
+    struct Run: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Serve enrollment and the admin API on the controller's one TLS port.",
+            discussion: """
+                Example:
+                  ils-gateway controller run --state-dir /var/lib/ils --listen 0.0.0.0:7443
+                """
+        )
+
+        @OptionGroup var state: StateDirectory
+
+        @Option(help: "HOST:PORT to listen on. Default: 0.0.0.0 and the port of the controller address.")
+        var listen: String?
+
+        @OptionGroup var logOptions: LogOptions
+
+        func run() async throws {
+            let directory = try state.resolved()
+            let controllerState = try ControllerState.load(directory: directory)
+            let listenAddress: HostPort
+            if let listen = listen ?? ProcessEnvironment()["ILS_LISTEN"] {
+                listenAddress = try HostPort(parsing: listen)
+            } else {
+                listenAddress = HostPort(host: "0.0.0.0", port: controllerState.address.port)
+            }
+            let logger = logOptions.bootstrap(label: "ils-controller")
+            let server = try ControllerServer(state: controllerState, listen: listenAddress, logger: logger)
+            let group = ServiceGroup(
+                configuration: .init(
+                    services: [.init(service: server)],
+                    gracefulShutdownSignals: [.sigterm, .sigint],
+                    logger: logger
+                )
+            )
+            try await group.run()
+        }
+    }
+}

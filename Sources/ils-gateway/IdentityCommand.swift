@@ -1,0 +1,201 @@
+public import ArgumentParser
+import Foundation
+import ILSClient
+public import ILSCore
+import ILSCrypto
+
+extension IdentityRole: ExpressibleByArgument {}
+
+/// `ils-gateway admin identity ...`
+struct IdentityCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "identity",
+        abstract: "Create, list, show, delete and reissue identities.",
+        subcommands: [Create.self, List.self, Show.self, Delete.self, Reissue.self]
+    )
+
+    @ParentCommand var admin: AdminCommand
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create an identity and print its one-time enrollment token.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity create ipad --role device -o ipad.jwt
+                  # then, on the iPad's machine: ils-gateway enroll ipad.jwt
+                """
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name: 1-64 letters, digits, '.', '_' or '-'.")
+        var name: String
+
+        @Option(help: "device (dials services), gateway (hosts them) or admin.")
+        var role: IdentityRole
+
+        @Option(help: "Comma-separated attributes for policies.")
+        var attributes: String?
+
+        @Option(help: "How long the enrollment token stays valid, e.g. 30m, 24h, 7d.")
+        var expires: String = "24h"
+
+        @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
+        var output: String?
+
+        func run() async throws {
+            try IdentityName.validate(name)
+            let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
+            guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
+            let attributeList = (attributes ?? "").split(separator: ",").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }.filter { !$0.isEmpty }
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let response: ControllerAPI.TokenResponse = try await client.call(
+                .POST,
+                "/v1/admin/identities",
+                body: ControllerAPI.CreateIdentityRequest(
+                    name: name,
+                    role: role,
+                    attributes: attributeList,
+                    tokenLifetimeSeconds: lifetime
+                )
+            )
+            try emitToken(response, output: output)
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List identities with role and state.")
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Flag(help: "Print JSON.")
+        var json = false
+
+        func run() async throws {
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let identities: [IdentityRecord] = try await client.call(.GET, "/v1/admin/identities")
+            if json {
+                try printJSON(identities)
+                return
+            }
+            print(pad("NAME", 20) + pad("ROLE", 9) + pad("STATE", 10) + pad("CERT EXPIRES", 22) + "ID")
+            for identity in identities {
+                print(
+                    pad(identity.name, 20) + pad(identity.role.rawValue, 9) + pad(identity.state.rawValue, 10)
+                        + pad(formatTime(identity.certificateNotAfter), 22) + identity.id
+                )
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one identity.")
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        @Flag(help: "Print JSON.")
+        var json = false
+
+        func run() async throws {
+            try IdentityName.validate(name)
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let identity: IdentityRecord = try await client.call(.GET, "/v1/admin/identities/\(name)")
+            if json {
+                try printJSON(identity)
+                return
+            }
+            print("name:        \(identity.name)")
+            print("id:          \(identity.id)")
+            print("role:        \(identity.role.rawValue)")
+            print("state:       \(identity.state.rawValue)")
+            print("attributes:  \(identity.attributes.joined(separator: ","))")
+            print("created:     \(formatTime(identity.createdAt))")
+            print("cert expiry: \(formatTime(identity.certificateNotAfter))")
+            print("last seen:   \(formatTime(identity.lastSeenAt))")
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete an identity; its certificate stops being accepted."
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        func run() async throws {
+            try IdentityName.validate(name)
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let _: [String: String] = try await client.call(.DELETE, "/v1/admin/identities/\(name)")
+            print("deleted identity \(name)")
+        }
+    }
+
+    struct Reissue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Issue a fresh enrollment token; once it is used, the previous certificate stops working.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity reissue ipad -o ipad.jwt
+                """
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        @Option(help: "How long the new token stays valid.")
+        var expires: String = "24h"
+
+        @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
+        var output: String?
+
+        func run() async throws {
+            try IdentityName.validate(name)
+            let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
+            guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let response: ControllerAPI.TokenResponse = try await client.call(
+                .POST,
+                "/v1/admin/identities/\(name)/reissue",
+                body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
+            )
+            try emitToken(response, output: output)
+        }
+    }
+}
+
+/// Prints the token on stdout (for pipes) or writes it to a 0600 file, and says what to do next on stderr.
+private func emitToken(_ response: ControllerAPI.TokenResponse, output: String?) throws(ILSError) {
+    let identity = response.identity
+    if let output {
+        try SecureFile.write(Data((response.token + "\n").utf8), to: output, overwrite: false)
+        writeToStandardError(
+            "token for \(identity.name) (\(identity.role.rawValue)) written to \(output), valid until "
+                + "\(formatTime(response.expiresAt)); enroll with: ils-gateway enroll \(output)\n"
+        )
+    } else {
+        print(response.token)
+        writeToStandardError(
+            "token for \(identity.name) (\(identity.role.rawValue)) valid until \(formatTime(response.expiresAt)); "
+                + "enroll with: ils-gateway enroll <token>\n"
+        )
+    }
+}
+
+private func pad(_ text: String, _ width: Int) -> String {
+    text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
+}
