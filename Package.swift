@@ -144,6 +144,18 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ILSControllerTests",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "ILSController",
+                "ILSClient",
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ILSProxyTests",
             dependencies: [
                 "ILSCore",

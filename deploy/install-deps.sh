@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the quickstart need, only when it is missing:
-# libsodium (the identity and end-to-end crypto), openssl and curl (certificates and demo requests),
+# libsodium (the identity and end-to-end crypto), SQLite (the controller's store), openssl and curl (certificates and demo requests),
 # and the Python packages of the sample backend and the end-to-end tests.
 # Safe to run again; does nothing when everything is present.
 set -euo pipefail
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 pkg-config --exists libsodium 2>/dev/null || need_apt+=(libsodium-dev pkg-config)
+pkg-config --exists sqlite3 2>/dev/null || need_apt+=(libsqlite3-dev pkg-config)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v curl >/dev/null || need_apt+=(curl)
 if ((${#need_apt[@]})); then

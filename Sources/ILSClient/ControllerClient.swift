@@ -157,6 +157,10 @@ public struct ControllerClient: Sendable {
             try? await channel.close()
             return response
         } catch {
+            if case .pinnedFingerprint = trust, error is NIOSSLError {
+                // The chain did not lead to the CA the token pins: this is not the controller the token names.
+                throw EnrollmentRefusal.caMismatch.error
+            }
             throw ILSError(.unavailable, "the controller at \(address) did not answer: \(Self.describe(error))")
         }
     }

@@ -1,0 +1,135 @@
+import Foundation
+import ILSClient
+import ILSController
+import ILSCore
+import ILSCrypto
+import Testing
+
+@Suite("Admin API and controller state")
+struct AdminAPITests {
+    @Test("init writes private keys 0600 and refuses a directory that is not empty")
+    func initState() async throws {
+        try await ControllerFixture.with { fixture in
+            let state = "\(fixture.directory)/state"
+            for name in ["ca.key", "server.key", "token.key", "store.sqlite"] {
+                #expect(fileMode("\(state)/\(name)") == 0o600, "\(name)")
+            }
+            #expect(fileMode(fixture.adminPath) == 0o600)
+            let before = try FileManager.default.contentsOfDirectory(atPath: state).sorted()
+            let caBefore = try String(contentsOfFile: "\(state)/ca.pem", encoding: .utf8)
+            #expect(throws: ILSError.self) {
+                _ = try ControllerState.initialize(
+                    directory: state,
+                    address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
+                    adminOut: "\(fixture.directory)/other-admin.json"
+                )
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: state).sorted() == before)
+            #expect(try String(contentsOfFile: "\(state)/ca.pem", encoding: .utf8) == caBefore)
+            #expect(!FileManager.default.fileExists(atPath: "\(fixture.directory)/other-admin.json"))
+        }
+    }
+
+    @Test("a restarted controller on the same state directory keeps every identity")
+    func restartKeepsIdentities() async throws {
+        try await ControllerFixture.with { fixture in
+            _ = try await fixture.token(for: "ipad")
+            _ = try await fixture.token(for: "laptop")
+            let before: [IdentityRecord] = try await fixture.admin.call(.GET, "/v1/admin/identities")
+            await fixture.server.shutdown()
+            let reloaded = try ControllerState.load(directory: "\(fixture.directory)/state")
+            let port = try ControllerAddress(parsing: reloaded.address.description).port
+            let again = try await ControllerFixture.start(directory: fixture.directory, state: reloaded, port: port)
+            let after: [IdentityRecord] = try await again.admin.call(.GET, "/v1/admin/identities")
+            #expect(after == before)
+            #expect(Set(after.map(\.name)) == ["admin", "ipad", "laptop"])
+            await again.server.shutdown()
+        }
+    }
+
+    @Test("a device identity cannot use the admin API")
+    func deviceIsNotAdmin() async throws {
+        try await ControllerFixture.with { fixture in
+            let token = try await fixture.token(for: "ipad")
+            let result = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
+            let device = try ControllerClient(identityFile: result.file)
+            await #expect(throws: ILSError.self) {
+                let _: [IdentityRecord] = try await device.call(.GET, "/v1/admin/identities")
+            }
+            do {
+                let _: [IdentityRecord] = try await device.call(.GET, "/v1/admin/identities")
+            } catch {
+                #expect((error as? ILSError)?.code == .permissionDenied)
+            }
+        }
+    }
+
+    @Test("after reissue and re-enrollment, the previous certificate is no longer accepted")
+    func reissueReplacesCertificate() async throws {
+        try await ControllerFixture.with { fixture in
+            let oldAdmin = try fixture.admin
+            let reissued: ControllerAPI.TokenResponse = try await oldAdmin.call(
+                .POST,
+                "/v1/admin/identities/admin/reissue",
+                body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
+            )
+            // Until the new token is used, the old certificate still works.
+            let _: [IdentityRecord] = try await oldAdmin.call(.GET, "/v1/admin/identities")
+            let result = try await Enrollment.enroll(
+                token: reissued.token,
+                outputPath: fixture.path("admin2.json"),
+                force: false
+            )
+            let newAdmin = try ControllerClient(identityFile: result.file)
+            let _: [IdentityRecord] = try await newAdmin.call(.GET, "/v1/admin/identities")
+            do {
+                let _: [IdentityRecord] = try await oldAdmin.call(.GET, "/v1/admin/identities")
+                Issue.record("the replaced certificate was accepted")
+            } catch {
+                #expect((error as? ILSError)?.code == .permissionDenied)
+            }
+        }
+    }
+
+    @Test(
+        "names that could escape a directory or inject a header are refused, and nothing is created",
+        arguments: ["../evil", "a/b", ".hidden", "-flag", "x y", "", String(repeating: "a", count: 65), "é"]
+    )
+    func badNames(name: String) async throws {
+        try await ControllerFixture.with { fixture in
+            do {
+                _ = try await fixture.token(for: name)
+                Issue.record("'\(name)' was accepted")
+            } catch let error as ILSError {
+                #expect(error.code == .invalidArgument)
+            }
+            #expect(try fixture.state.store.identities().map(\.name) == ["admin"])
+        }
+    }
+
+    @Test("deleting an identity makes its outstanding token unknown")
+    func deleteThenEnroll() async throws {
+        try await ControllerFixture.with { fixture in
+            let token = try await fixture.token(for: "ipad")
+            let _: [String: String] = try await fixture.admin.call(.DELETE, "/v1/admin/identities/ipad")
+            await #expect(throws: EnrollmentRefusal.unknown.error) {
+                _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
+            }
+            #expect(!FileManager.default.fileExists(atPath: fixture.path("ipad.json")))
+        }
+    }
+
+    @Test("the audit log records creations, enrollments and refusals with their actor")
+    func auditLog() async throws {
+        try await ControllerFixture.with { fixture in
+            let token = try await fixture.token(for: "ipad")
+            _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("a.json"), force: false)
+            _ = try? await Enrollment.enroll(token: token, outputPath: fixture.path("b.json"), force: false)
+            let entries = try fixture.state.store.auditEntries(since: 0)
+            #expect(entries.contains { $0.action == "identity.create" && $0.target == "ipad" && $0.actor == "admin" })
+            #expect(entries.contains { $0.action == "identity.enroll" && $0.target == "ipad" })
+            #expect(entries.contains { $0.action == "enroll.refused" && $0.detail == "token_used" })
+            #expect(!entries.contains { $0.detail.contains(token) })
+        }
+    }
+}

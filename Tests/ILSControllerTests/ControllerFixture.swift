@@ -1,0 +1,84 @@
+import Foundation
+import ILSClient
+import ILSController
+import ILSCore
+import Logging
+import NIOPosix
+
+/// A controller on 127.0.0.1 with a fresh state directory, and the admin identity `init` wrote.
+struct ControllerFixture {
+    let directory: String
+    let state: ControllerState
+    let server: ControllerServer
+    let adminPath: String
+
+    var admin: ControllerClient {
+        get throws { try ControllerClient(identityFile: try IdentityFileIO.read(adminPath)) }
+    }
+    var controller: Controller { Controller(state: state) }
+
+    static func with<T>(_ body: (ControllerFixture) async throws -> T) async throws -> T {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-ctl-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let port = try freePort()
+        let state = try ControllerState.initialize(
+            directory: "\(directory)/state",
+            address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
+            adminOut: "\(directory)/identities/admin.json"
+        )
+        let fixture = try await start(directory: directory, state: state, port: port)
+        do {
+            let result = try await body(fixture)
+            await fixture.server.shutdown()
+            return result
+        } catch {
+            await fixture.server.shutdown()
+            throw error
+        }
+    }
+
+    static func start(directory: String, state: ControllerState, port: Int) async throws -> ControllerFixture {
+        let server = try ControllerServer(
+            state: state,
+            listen: HostPort(host: "127.0.0.1", port: port),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        _ = try await server.start()
+        return ControllerFixture(
+            directory: directory,
+            state: state,
+            server: server,
+            adminPath: "\(directory)/identities/admin.json"
+        )
+    }
+
+    /// Creates an identity through the admin API and returns its token.
+    func token(for name: String, role: IdentityRole = .device, lifetime: Int64 = 3600) async throws -> String {
+        let response: ControllerAPI.TokenResponse = try await admin.call(
+            .POST,
+            "/v1/admin/identities",
+            body: ControllerAPI.CreateIdentityRequest(
+                name: name,
+                role: role,
+                attributes: [],
+                tokenLifetimeSeconds: lifetime
+            )
+        )
+        return response.token
+    }
+
+    func path(_ name: String) -> String { "\(directory)/out/\(name)" }
+}
+
+func freePort() throws -> Int {
+    let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .bind(host: "127.0.0.1", port: 0).wait()
+    let port = channel.localAddress!.port!
+    try channel.close().wait()
+    return port
+}
+
+func fileMode(_ path: String) -> Int? {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? nil
+}
