@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole thing locally on its embedded defaults and shows a streamed answer arriving event by event:
-#   the sample Claude Code backend (FastAPI) on 127.0.0.1, ils-gateway in HTTP mode in front of it with a fresh
-#   local CA and TLS certificate, and curl -N streaming Server-Sent Events through the gateway.
+#   a controller (CA, SQLite identity store) with an enrolled device identity, the sample Claude Code backend
+#   (FastAPI) on 127.0.0.1, ils-gateway in HTTP mode in front of it with a fresh local CA and TLS certificate,
+#   and curl -N streaming Server-Sent Events through the gateway.
 # Everything binds to 127.0.0.1 and lives in .ils-quickstart/; everything is stopped at the end.
 # Use --keep-running to leave the gateway and backend up until Ctrl-C.
 set -euo pipefail
@@ -55,6 +56,20 @@ wait_for_port() {
     return 1
 }
 
+CONTROLLER_PORT=${QUICKSTART_CONTROLLER_PORT:-$(free_port)}
+rm -rf "$STATE/controller" "$STATE/identities"
+echo "== creating a controller (CA, identity store, admin identity) in $STATE/controller"
+(cd "$STATE" && "$BIN" controller init --state-dir controller --address "https://127.0.0.1:$CONTROLLER_PORT" \
+    --admin-out identities/admin.json | sed 's/^/   /')
+"$BIN" controller run --state-dir "$STATE/controller" --listen "127.0.0.1:$CONTROLLER_PORT" \
+    >"$STATE/controller.log" 2>&1 &
+PIDS+=($!)
+wait_for_port "$CONTROLLER_PORT" "$STATE/controller.log"
+echo "== enrolling a device: a one-time token from the admin, a key pair made on the device"
+(cd "$STATE" && "$BIN" admin identity create ipad --role device -o ipad.jwt 2>/dev/null \
+    && "$BIN" enroll ipad.jwt | sed 's/^/   /' && rm -f ipad.jwt)
+(cd "$STATE" && "$BIN" admin identity list | sed 's/^/   /')
+
 echo "== starting the sample backend on http://127.0.0.1:$BACKEND_PORT"
 python3 deploy/backend/app.py --host 127.0.0.1 --port "$BACKEND_PORT" >"$STATE/backend.log" 2>&1 &
 PIDS+=($!)
@@ -85,7 +100,9 @@ What to try next (while it runs, with --keep-running):
   curl -N --cacert $STATE/ca.pem -X POST -H 'content-type: application/json' \\
        -d '{"prompt":"hi","n":5}' https://127.0.0.1:$GATEWAY_PORT/claude/stream
   $BIN serve --help
-Logs: $STATE/gateway.log, $STATE/backend.log
+  (cd $STATE && $BIN admin identity list --json)
+  (cd $STATE && $BIN admin audit)
+Logs: $STATE/gateway.log, $STATE/backend.log, $STATE/controller.log
 NEXT
 
 if [ "$KEEP_RUNNING" = 1 ]; then

@@ -85,7 +85,7 @@ public final class SQLiteIdentityStore: IdentityStore {
     public func createIdentity(_ identity: IdentityRecord, token: TokenRecord, actor: String) throws(ILSError) {
         try database.transaction { () throws(ILSError) in
             guard try database.query("SELECT 1 FROM identities WHERE name = ?", [.text(identity.name)]).isEmpty else {
-                throw ILSError(.invalidArgument, "an identity named '\(identity.name)' already exists")
+                throw ILSError(.conflict, "an identity named '\(identity.name)' already exists")
             }
             try database.execute(
                 "INSERT INTO identities (id, name, role, attributes, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",

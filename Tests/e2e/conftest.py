@@ -8,6 +8,7 @@ and a per-test alarm turns any hang that slips through into a failure rather tha
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -56,10 +58,19 @@ _running: list["ManagedProcess"] = []
 class ManagedProcess:
     """A child process whose stderr/stdout go to a file (a pipe nobody reads would eventually block it)."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        log_dir: Path,
+        cwd: Optional[Path] = None,
+        env: Optional[dict[str, str]] = None,
+    ) -> None:
         self.name = name
         self.args = args
         self.log_path = log_dir / f"{name}-{time.time_ns()}.log"
+        self.cwd = cwd or REPO_ROOT
+        self.env = env  # None: inherit this process's environment
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> None:
@@ -69,7 +80,8 @@ class ManagedProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
+            cwd=self.cwd,
+            env=self.env,
         )
         _running.append(self)
 
@@ -271,6 +283,111 @@ def make_certs(directory: Path) -> Certs:
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# Controller (enrollment and admin CLI)
+# ------------------------------------------------------------------------------------------------------------------
+
+CLI_TIMEOUT_S = 30.0
+
+# Variables that must not leak into the binary: a stray ILS_STATE_DIR or proxy setting would change what it does.
+_CLI_ENV_DROP = ("ILS_STATE_DIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _CLI_ENV_DROP}
+
+
+@dataclass
+class CLIResult:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float  # wall time in seconds, process start to exit
+
+    def describe(self) -> str:
+        return (
+            f"command: {' '.join(self.args)}\nexit: {self.returncode} ({self.elapsed:.3f} s)\n"
+            f"stdout: {self.stdout!r}\nstderr: {self.stderr!r}"
+        )
+
+
+def run_cli(binary: Path, args: list[str], cwd: Path, timeout: float = CLI_TIMEOUT_S) -> CLIResult:
+    """Runs the binary to completion (with a timeout) and captures its output; never raises on a non-zero exit."""
+    argv = [str(binary), *args]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            argv, cwd=cwd, env=cli_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(
+            f"`{' '.join(argv)}` did not finish within {timeout:.0f} s.\n"
+            f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}",
+            pytrace=False,
+        )
+    return CLIResult(argv, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started)
+
+
+class Controller:
+    """A controller made with `controller init` in a directory of its own, run with `controller run`.
+
+    `root` is the working directory of every CLI command (so identities/ lands there); the state directory is
+    root/state. The binary is a copy taken when the fixture starts, so a rebuild during the run cannot mix versions.
+    """
+
+    def __init__(self, binary: Path, root: Path, log_dir: Path) -> None:
+        self.binary = binary
+        self.root = root
+        self.log_dir = log_dir
+        self.state_dir = root / "state"
+        self.port = free_port()
+        self.address = f"https://127.0.0.1:{self.port}"
+        self.process: Optional[ManagedProcess] = None
+        self.init_result: Optional[CLIResult] = None
+
+    def cli(self, *args: str, timeout: float = CLI_TIMEOUT_S) -> CLIResult:
+        return run_cli(self.binary, list(args), self.root, timeout)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        """For tests that need processes running at the same time; the caller waits with a timeout."""
+        return subprocess.Popen(
+            [str(self.binary), *args], cwd=self.root, env=cli_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def init(self, *extra: str) -> CLIResult:
+        return self.cli("controller", "init", "--state-dir", str(self.state_dir), "--address", self.address, *extra)
+
+    def start(self) -> None:
+        assert self.process is None or not self.process.alive(), "controller already running"
+        self.process = ManagedProcess(
+            "controller",
+            [str(self.binary), "controller", "run", "--state-dir", str(self.state_dir),
+             "--listen", f"127.0.0.1:{self.port}", "--log-level", "info"],
+            self.log_dir,
+            cwd=self.root,
+            env=cli_env(),
+        )
+        self.process.start()
+        self.process.wait_for_port(self.port)
+
+    def stop(self) -> Optional[int]:
+        if self.process is None:
+            return None
+        return self.process.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while port_accepts(self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.start()
+
+    def logs(self) -> str:
+        return self.process.logs() if self.process else ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # Fixtures
 # ------------------------------------------------------------------------------------------------------------------
 
@@ -323,6 +440,28 @@ def gateway(ils_bin: Path, mode: str, backend: Backend, certs: Certs, work_dir: 
     g.start()
     yield g
     g.stop()
+
+
+@pytest.fixture(scope="module")
+def controller(ils_bin: Path) -> Iterator[Controller]:
+    """One controller per test module, in a temporary directory of its own: `controller init`, then `controller run`
+    on 127.0.0.1 and a free port. CLI commands go through `controller.cli(...)`, with that directory as cwd."""
+    # The binary copy and the logs live apart from the working directory, so tests can check that a refused
+    # command wrote nothing there.
+    with tempfile.TemporaryDirectory(prefix="ils-ctl-harness-") as harness, \
+            tempfile.TemporaryDirectory(prefix="ils-ctl-") as root:
+        harness_dir = Path(harness)
+        binary = harness_dir / "ils-gateway"
+        shutil.copy2(ils_bin, binary)
+        c = Controller(binary, Path(root), harness_dir)
+        c.init_result = c.init()
+        if c.init_result.returncode != 0:
+            pytest.fail(f"controller init failed.\n{c.init_result.describe()}", pytrace=False)
+        c.start()
+        try:
+            yield c
+        finally:
+            c.stop()
 
 
 @pytest.fixture
