@@ -3,7 +3,6 @@ import Foundation
 import ILSController
 import ILSCore
 import Logging
-import ServiceLifecycle
 
 /// `ils-gateway controller`: the overlay controller.
 struct ControllerCommand: AsyncParsableCommand {
@@ -82,14 +81,7 @@ struct ControllerCommand: AsyncParsableCommand {
             }
             let logger = logOptions.bootstrap(label: "ils-controller")
             let server = try ControllerServer(state: controllerState, listen: listenAddress, logger: logger)
-            let group = ServiceGroup(
-                configuration: .init(
-                    services: [.init(service: server)],
-                    gracefulShutdownSignals: [.sigterm, .sigint],
-                    logger: logger
-                )
-            )
-            try await group.run()
+            try await runUntilSignalled(server, logger: logger)
         }
     }
 }

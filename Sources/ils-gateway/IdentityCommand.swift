@@ -38,16 +38,11 @@ struct IdentityCommand: AsyncParsableCommand {
         @Option(help: "Comma-separated attributes for policies.")
         var attributes: String?
 
-        @Option(help: "How long the enrollment token stays valid, e.g. 30m, 24h, 7d.")
-        var expires: String = "24h"
-
-        @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
-        var output: String?
+        @OptionGroup var tokenOptions: TokenOptions
 
         func run() async throws {
             try IdentityName.validate(name)
-            let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
-            guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
+            let lifetime = try tokenOptions.lifetimeSeconds()
             let attributeList = (attributes ?? "").split(separator: ",").map {
                 $0.trimmingCharacters(in: .whitespaces)
             }.filter { !$0.isEmpty }
@@ -62,7 +57,7 @@ struct IdentityCommand: AsyncParsableCommand {
                     tokenLifetimeSeconds: lifetime
                 )
             )
-            try emitToken(response, output: output)
+            try emitToken(response, output: tokenOptions.output)
         }
     }
 
@@ -157,24 +152,34 @@ struct IdentityCommand: AsyncParsableCommand {
         @Argument(help: "The identity's name.")
         var name: String
 
-        @Option(help: "How long the new token stays valid.")
-        var expires: String = "24h"
-
-        @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
-        var output: String?
+        @OptionGroup var tokenOptions: TokenOptions
 
         func run() async throws {
             try IdentityName.validate(name)
-            let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
-            guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
+            let lifetime = try tokenOptions.lifetimeSeconds()
             let client = try identityOption.client(parent: identityCommand.admin)
             let response: ControllerAPI.TokenResponse = try await client.call(
                 .POST,
                 "/v1/admin/identities/\(name)/reissue",
                 body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
             )
-            try emitToken(response, output: output)
+            try emitToken(response, output: tokenOptions.output)
         }
+    }
+}
+
+/// `--expires` and `-o`, shared by the commands that issue a token.
+struct TokenOptions: ParsableArguments {
+    @Option(help: "How long the enrollment token stays valid, e.g. 30m, 24h, 7d.")
+    var expires: String = "24h"
+
+    @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
+    var output: String?
+
+    func lifetimeSeconds() throws(ILSError) -> Int64 {
+        let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
+        guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
+        return lifetime
     }
 }
 

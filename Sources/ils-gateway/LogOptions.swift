@@ -1,5 +1,6 @@
 public import ArgumentParser
 public import Logging
+import ServiceLifecycle
 
 /// `--log-level` and `--log-format`, shared by every long-running command.
 struct LogOptions: ParsableArguments {
@@ -30,3 +31,15 @@ struct LogOptions: ParsableArguments {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// Runs a long-lived service until SIGTERM or SIGINT asks it to shut down gracefully.
+func runUntilSignalled(_ service: some Service, logger: Logger) async throws {
+    let group = ServiceGroup(
+        configuration: .init(
+            services: [.init(service: service)],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger
+        )
+    )
+    try await group.run()
+}

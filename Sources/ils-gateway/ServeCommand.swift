@@ -3,7 +3,6 @@ import ILSCore
 import ILSGateway
 import ILSProxy
 import Logging
-import ServiceLifecycle
 
 #if canImport(Glibc)
 import Glibc
@@ -90,14 +89,7 @@ struct ServeCommand: AsyncParsableCommand {
         let configuration = try httpConfiguration(environment: environment)
         let logger = logOptions.bootstrap(label: "ils-gateway")
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
-        let group = ServiceGroup(
-            configuration: .init(
-                services: [.init(service: server)],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            )
-        )
-        try await group.run()
+        try await runUntilSignalled(server, logger: logger)
     }
 
     private func httpConfiguration(environment: ProcessEnvironment) throws(ILSError) -> HTTPModeConfiguration {
