@@ -144,6 +144,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ILSCryptoTests",
+            dependencies: ["ILSCore", "ILSCrypto"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ILSControllerTests",
             dependencies: [
                 "ILSCore",

@@ -1,0 +1,127 @@
+import CSodium
+import Foundation
+public import ILSCore
+import SwiftASN1
+public import X509
+
+/// The end-to-end handshake between a device (initiator) and a gateway (responder), run over a circuit that the
+/// controller relays. docs/protocol.md ("End-to-end handshake") gives the byte layouts.
+///
+/// Trust assumption: the relay is not trusted. Each side checks the other's certificate against the CA it enrolled
+/// with (never against anything the relay says), and each side signs its ephemeral X25519 key together with the
+/// whole transcript (service, both identity ids and certificates, both ephemeral keys, both nonces) with its
+/// enrolled Ed25519 identity key. A relay that substitutes a key, replays a hello or changes the service breaks a
+/// signature, and the circuit fails closed. (OpenZiti's end-to-end keys are not signed by the endpoints; ours are.)
+public enum E2EHandshake {
+    public static let version: UInt8 = 1
+    static let label = Array("ils-e2e-v1".utf8)
+
+    /// What both sides need: their own certificate and key, and the CA to judge the peer by.
+    public struct Credentials: Sendable {
+        public let certificateDER: [UInt8]
+        public let keyPair: IdentityKeyPair
+        public let authority: Certificate
+
+        public init(certificatePEM: String, privateKeyPEM: String, caCertificatePEM: String) throws(ILSError) {
+            guard let certificate = try? Certificate(pemEncoded: certificatePEM),
+                let authority = try? Certificate(pemEncoded: caCertificatePEM)
+            else { throw ILSError(.invalidInput, "the identity's certificates are not valid PEM") }
+            self.certificateDER = CertificateAuthority.der(certificate)
+            self.keyPair = try IdentityKeyPair(privateKeyPEM: privateKeyPEM)
+            self.authority = authority
+        }
+    }
+
+    public enum MessageType: UInt8 {
+        case clientHello = 1
+        case serverHello = 2
+        case clientFinished = 3
+    }
+
+    static func failure(_ reason: String) -> ILSError {
+        ILSError(ILSError.Code("e2e_handshake_failed", exitCode: 70), "end-to-end handshake failed: \(reason)")
+    }
+
+    /// Checks a peer certificate ourselves: issued by our CA (signature), currently valid, an identity certificate.
+    static func verifyPeer(_ der: [UInt8], authority: Certificate, now: Date) throws(ILSError) -> IdentityCertificate {
+        guard let certificate = try? Certificate(derEncoded: der) else { throw failure("peer certificate unreadable") }
+        guard certificate.issuer == authority.subject,
+            authority.publicKey.isValidSignature(certificate.signature, for: certificate)
+        else { throw failure("peer certificate is not issued by our controller's CA") }
+        guard certificate.notValidBefore <= now, now <= certificate.notValidAfter else {
+            throw failure("peer certificate is expired or not yet valid")
+        }
+        return try IdentityCertificate(der: der)
+    }
+
+    /// BLAKE2b-256 over the length-prefixed parts (RFC 7693), so no two transcripts share an encoding.
+    static func transcript(_ parts: [[UInt8]]) -> [UInt8] {
+        var input: [UInt8] = []
+        for part in [label] + parts {
+            let length = UInt32(part.count)
+            input += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+            input += part
+        }
+        var out = [UInt8](repeating: 0, count: 32)
+        crypto_generichash(&out, 32, input, UInt64(input.count), nil, 0)
+        return out
+    }
+
+    /// Binds a crypto_kx session key to the transcript: BLAKE2b keyed with the session key over the transcript.
+    static func bind(_ key: [UInt8], to transcript: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: SecretStream.keyLength)
+        crypto_generichash(&out, out.count, transcript, UInt64(transcript.count), key, key.count)
+        return out
+    }
+
+    static func signed(_ role: String, _ transcript: [UInt8]) -> [UInt8] {
+        Array("\(role)\n".utf8) + transcript
+    }
+}
+
+/// The two directions of an established circuit.
+public struct E2ESession {
+    public let sender: SecretStreamSender
+    public let receiver: SecretStreamReceiver
+    /// The verified identity at the other end.
+    public let peer: IdentityCertificate
+    public let service: String
+}
+
+/// Reads and writes the handshake messages' fields.
+struct HandshakeWriter {
+    var bytes: [UInt8] = []
+    mutating func u8(_ value: UInt8) { bytes.append(value) }
+    mutating func fixed(_ value: [UInt8]) { bytes += value }
+    mutating func variable(_ value: [UInt8]) {
+        bytes.append(UInt8(value.count >> 8))
+        bytes.append(UInt8(value.count & 0xFF))
+        bytes += value
+    }
+}
+
+struct HandshakeReader {
+    let bytes: [UInt8]
+    var offset = 0
+
+    mutating func u8() throws(ILSError) -> UInt8 {
+        guard offset < bytes.count else { throw E2EHandshake.failure("message truncated") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func fixed(_ count: Int) throws(ILSError) -> [UInt8] {
+        guard bytes.count - offset >= count else { throw E2EHandshake.failure("message truncated") }
+        defer { offset += count }
+        return Array(bytes[offset..<(offset + count)])
+    }
+
+    mutating func variable() throws(ILSError) -> [UInt8] {
+        let count = Int(try u8()) << 8 | Int(try u8())
+        return try fixed(count)
+    }
+
+    func end() throws(ILSError) {
+        guard offset == bytes.count else { throw E2EHandshake.failure("message has trailing bytes") }
+    }
+}

@@ -1,0 +1,80 @@
+import CSodium
+public import Foundation
+public import ILSCore
+
+/// The device side of the end-to-end handshake: sends ClientHello, checks ServerHello, sends ClientFinished.
+public final class E2EInitiator {
+    private let credentials: E2EHandshake.Credentials
+    private let service: String
+    private var ephemeralPublic = [UInt8](repeating: 0, count: Int(crypto_kx_PUBLICKEYBYTES))
+    private var ephemeralSecret = [UInt8](repeating: 0, count: Int(crypto_kx_SECRETKEYBYTES))
+    private let nonce: [UInt8]
+
+    public init(credentials: E2EHandshake.Credentials, service: String) {
+        Sodium.ensureInitialized()
+        self.credentials = credentials
+        self.service = service
+        crypto_kx_keypair(&ephemeralPublic, &ephemeralSecret)
+        nonce = Sodium.randomBytes(32)
+    }
+
+    deinit {
+        sodium_memzero(&ephemeralSecret, ephemeralSecret.count)
+    }
+
+    /// ClientHello: type, version, service, our certificate, our ephemeral key, our nonce.
+    public func clientHello() -> [UInt8] {
+        var writer = HandshakeWriter()
+        writer.u8(E2EHandshake.MessageType.clientHello.rawValue)
+        writer.u8(E2EHandshake.version)
+        writer.variable(Array(service.utf8))
+        writer.variable(credentials.certificateDER)
+        writer.fixed(ephemeralPublic)
+        writer.fixed(nonce)
+        return writer.bytes
+    }
+
+    /// Checks ServerHello and returns ClientFinished plus the established session.
+    public func receiveServerHello(_ message: [UInt8], now: Date = Date()) throws(ILSError) -> (
+        clientFinished: [UInt8], session: E2ESession
+    ) {
+        var reader = HandshakeReader(bytes: message)
+        guard try reader.u8() == E2EHandshake.MessageType.serverHello.rawValue,
+            try reader.u8() == E2EHandshake.version
+        else { throw E2EHandshake.failure("unexpected message or version") }
+        let peerCertificate = try reader.variable()
+        let peerEphemeral = try reader.fixed(Int(crypto_kx_PUBLICKEYBYTES))
+        let peerNonce = try reader.fixed(32)
+        let signature = try reader.fixed(64)
+        let peerHeader = try reader.fixed(SecretStream.headerLength)
+        try reader.end()
+
+        let peer = try E2EHandshake.verifyPeer(peerCertificate, authority: credentials.authority, now: now)
+        guard peer.role == .gateway else { throw E2EHandshake.failure("the peer is not a gateway") }
+        let mine = try IdentityCertificate(der: credentials.certificateDER)
+        let transcript = E2EHandshake.transcript([
+            Array(service.utf8), Array(mine.id.utf8), Array(peer.id.utf8), credentials.certificateDER,
+            peerCertificate, ephemeralPublic, peerEphemeral, nonce, peerNonce,
+        ])
+        guard
+            Sodium.verify(signature, of: E2EHandshake.signed("responder", transcript), publicKey: peer.publicKey)
+        else { throw E2EHandshake.failure("the gateway's signature does not match the handshake") }
+
+        var receiveKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
+        var sendKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
+        guard
+            crypto_kx_client_session_keys(&receiveKey, &sendKey, ephemeralPublic, ephemeralSecret, peerEphemeral)
+                == 0
+        else { throw E2EHandshake.failure("the gateway's ephemeral key is unusable") }
+        let sender = SecretStreamSender(key: E2EHandshake.bind(sendKey, to: transcript))
+        let receiver = try SecretStreamReceiver(key: E2EHandshake.bind(receiveKey, to: transcript), header: peerHeader)
+        sodium_memzero(&receiveKey, receiveKey.count)
+        sodium_memzero(&sendKey, sendKey.count)
+
+        var writer = HandshakeWriter()
+        writer.u8(E2EHandshake.MessageType.clientFinished.rawValue)
+        writer.fixed(credentials.keyPair.sign(E2EHandshake.signed("initiator", transcript)))
+        writer.fixed(sender.header)
+        return (writer.bytes, E2ESession(sender: sender, receiver: receiver, peer: peer, service: service))
+    }
+}

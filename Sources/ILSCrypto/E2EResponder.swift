@@ -1,0 +1,108 @@
+import CSodium
+public import Foundation
+public import ILSCore
+
+/// The gateway side of the end-to-end handshake: checks ClientHello, answers ServerHello, checks ClientFinished.
+///
+/// Nothing is forwarded to a backend until `receiveClientFinished` has returned: only then is the device's
+/// possession of its identity key proven for this very handshake.
+public final class E2EResponder {
+    private enum State {
+        case awaitingHello
+        case awaitingFinished(
+            transcript: [UInt8],
+            sender: SecretStreamSender,
+            receiveKey: [UInt8],
+            peer: IdentityCertificate,
+            service: String
+        )
+        case done
+    }
+
+    private let credentials: E2EHandshake.Credentials
+    private var state = State.awaitingHello
+
+    public init(credentials: E2EHandshake.Credentials) {
+        Sodium.ensureInitialized()
+        self.credentials = credentials
+    }
+
+    /// Checks ClientHello and returns ServerHello, the service asked for, and the (not yet proven) peer: the caller
+    /// may refuse by policy before answering.
+    public func receiveClientHello(_ message: [UInt8], now: Date = Date()) throws(ILSError) -> (
+        serverHello: [UInt8], service: String, peer: IdentityCertificate
+    ) {
+        guard case .awaitingHello = state else { throw E2EHandshake.failure("unexpected ClientHello") }
+        state = .done
+        var reader = HandshakeReader(bytes: message)
+        guard try reader.u8() == E2EHandshake.MessageType.clientHello.rawValue,
+            try reader.u8() == E2EHandshake.version
+        else { throw E2EHandshake.failure("unexpected message or version") }
+        let serviceBytes = try reader.variable()
+        let peerCertificate = try reader.variable()
+        let peerEphemeral = try reader.fixed(Int(crypto_kx_PUBLICKEYBYTES))
+        let peerNonce = try reader.fixed(32)
+        try reader.end()
+        guard let service = String(validating: serviceBytes, as: UTF8.self), !service.isEmpty else {
+            throw E2EHandshake.failure("invalid service name")
+        }
+        let peer = try E2EHandshake.verifyPeer(peerCertificate, authority: credentials.authority, now: now)
+
+        var ephemeralPublic = [UInt8](repeating: 0, count: Int(crypto_kx_PUBLICKEYBYTES))
+        var ephemeralSecret = [UInt8](repeating: 0, count: Int(crypto_kx_SECRETKEYBYTES))
+        defer { sodium_memzero(&ephemeralSecret, ephemeralSecret.count) }
+        crypto_kx_keypair(&ephemeralPublic, &ephemeralSecret)
+        let nonce = Sodium.randomBytes(32)
+        let mine = try IdentityCertificate(der: credentials.certificateDER)
+        let transcript = E2EHandshake.transcript([
+            serviceBytes, Array(peer.id.utf8), Array(mine.id.utf8), peerCertificate, credentials.certificateDER,
+            peerEphemeral, ephemeralPublic, peerNonce, nonce,
+        ])
+        var receiveKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
+        var sendKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
+        guard
+            crypto_kx_server_session_keys(&receiveKey, &sendKey, ephemeralPublic, ephemeralSecret, peerEphemeral)
+                == 0
+        else { throw E2EHandshake.failure("the device's ephemeral key is unusable") }
+        let sender = SecretStreamSender(key: E2EHandshake.bind(sendKey, to: transcript))
+        sodium_memzero(&sendKey, sendKey.count)
+
+        var writer = HandshakeWriter()
+        writer.u8(E2EHandshake.MessageType.serverHello.rawValue)
+        writer.u8(E2EHandshake.version)
+        writer.variable(credentials.certificateDER)
+        writer.fixed(ephemeralPublic)
+        writer.fixed(nonce)
+        writer.fixed(credentials.keyPair.sign(E2EHandshake.signed("responder", transcript)))
+        writer.fixed(sender.header)
+        state = .awaitingFinished(
+            transcript: transcript,
+            sender: sender,
+            receiveKey: E2EHandshake.bind(receiveKey, to: transcript),
+            peer: peer,
+            service: service
+        )
+        sodium_memzero(&receiveKey, receiveKey.count)
+        return (writer.bytes, service, peer)
+    }
+
+    /// Checks the device's signature over this handshake's transcript; returns the established session.
+    public func receiveClientFinished(_ message: [UInt8]) throws(ILSError) -> E2ESession {
+        guard case .awaitingFinished(let transcript, let sender, let receiveKey, let peer, let service) = state else {
+            throw E2EHandshake.failure("unexpected ClientFinished")
+        }
+        state = .done
+        var reader = HandshakeReader(bytes: message)
+        guard try reader.u8() == E2EHandshake.MessageType.clientFinished.rawValue else {
+            throw E2EHandshake.failure("unexpected message")
+        }
+        let signature = try reader.fixed(64)
+        let peerHeader = try reader.fixed(SecretStream.headerLength)
+        try reader.end()
+        guard
+            Sodium.verify(signature, of: E2EHandshake.signed("initiator", transcript), publicKey: peer.publicKey)
+        else { throw E2EHandshake.failure("the device's signature does not match the handshake") }
+        let receiver = try SecretStreamReceiver(key: receiveKey, header: peerHeader)
+        return E2ESession(sender: sender, receiver: receiver, peer: peer, service: service)
+    }
+}

@@ -1,0 +1,84 @@
+import CSodium
+public import ILSCore
+
+/// One direction of an end-to-end encrypted circuit: libsodium's `crypto_secretstream_xchacha20poly1305`.
+///
+/// Each record is authenticated and bound to its position in the stream, so the relay cannot drop, reorder, replay
+/// or splice records without the receiver noticing; the last record carries the FINAL tag, so a truncated stream is
+/// told apart from a closed one.
+public final class SecretStreamSender {
+    private var state = crypto_secretstream_xchacha20poly1305_state()
+    /// The 24-byte header the receiver needs first.
+    public let header: [UInt8]
+
+    public init(key: [UInt8]) {
+        Sodium.ensureInitialized()
+        precondition(key.count == crypto_secretstream_xchacha20poly1305_keybytes())
+        var header = [UInt8](repeating: 0, count: crypto_secretstream_xchacha20poly1305_headerbytes())
+        crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
+        self.header = header
+    }
+
+    /// Encrypts one record. `final` marks the end of the stream.
+    public func seal(_ plaintext: [UInt8], final: Bool = false) -> [UInt8] {
+        var ciphertext = [UInt8](repeating: 0, count: plaintext.count + SecretStream.overhead)
+        let tag = final ? UInt8(crypto_secretstream_xchacha20poly1305_tag_final()) : 0
+        crypto_secretstream_xchacha20poly1305_push(
+            &state,
+            &ciphertext,
+            nil,
+            plaintext,
+            UInt64(plaintext.count),
+            nil,
+            0,
+            tag
+        )
+        return ciphertext
+    }
+}
+
+public final class SecretStreamReceiver {
+    private var state = crypto_secretstream_xchacha20poly1305_state()
+    private(set) public var finished = false
+
+    public init(key: [UInt8], header: [UInt8]) throws(ILSError) {
+        Sodium.ensureInitialized()
+        guard key.count == crypto_secretstream_xchacha20poly1305_keybytes(),
+            header.count == crypto_secretstream_xchacha20poly1305_headerbytes(),
+            crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key) == 0
+        else { throw SecretStream.invalid }
+    }
+
+    /// Decrypts the next record; throws if it was altered, reordered, replayed, or comes after the final one.
+    public func open(_ ciphertext: [UInt8]) throws(ILSError) -> (plaintext: [UInt8], final: Bool) {
+        guard !finished, ciphertext.count >= SecretStream.overhead else { throw SecretStream.invalid }
+        var plaintext = [UInt8](repeating: 0, count: ciphertext.count - SecretStream.overhead)
+        var tag: UInt8 = 0
+        let result = crypto_secretstream_xchacha20poly1305_pull(
+            &state,
+            &plaintext,
+            nil,
+            &tag,
+            ciphertext,
+            UInt64(ciphertext.count),
+            nil,
+            0
+        )
+        guard result == 0 else { throw SecretStream.invalid }
+        let final = tag == UInt8(crypto_secretstream_xchacha20poly1305_tag_final())
+        if final { finished = true }
+        return (plaintext, final)
+    }
+}
+
+public enum SecretStream {
+    /// Bytes a record adds to its plaintext.
+    public static let overhead = crypto_secretstream_xchacha20poly1305_abytes()
+    public static let keyLength = crypto_secretstream_xchacha20poly1305_keybytes()
+    public static let headerLength = crypto_secretstream_xchacha20poly1305_headerbytes()
+
+    static let invalid = ILSError(
+        ILSError.Code("e2e_record_invalid", exitCode: 70),
+        "an end-to-end record failed authentication; the circuit was tampered with and is closed"
+    )
+}
