@@ -65,6 +65,15 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ILSFabric",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ILSGateway",
             dependencies: [
                 "ILSCore",
@@ -141,6 +150,20 @@ let package = Package(
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSFabricTests",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSProxy",
+                "ILSTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

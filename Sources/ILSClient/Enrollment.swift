@@ -11,7 +11,9 @@ import ILSCrypto
 public enum Enrollment {
     /// A token given on the command line, or the path of a file holding one.
     public static func readToken(_ tokenOrFile: String) throws(ILSError) -> String {
-        if tokenOrFile.split(separator: ".").count == 3, !FileManager.default.fileExists(atPath: tokenOrFile) {
+        if tokenOrFile.split(separator: ".", omittingEmptySubsequences: false).count == 3,
+            !FileManager.default.fileExists(atPath: tokenOrFile)
+        {
             return tokenOrFile
         }
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: tokenOrFile),
@@ -48,8 +50,10 @@ public enum Enrollment {
         if !force, FileManager.default.fileExists(atPath: path) {
             throw ILSError(.conflict, "\(path) already exists; give --force to replace it or --out for another file")
         }
+        // Check now that the file can be written, but create nothing until the controller has said yes: a refused
+        // enrollment leaves no trace on disk.
         let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
+        try checkWritable(directory.isEmpty ? "." : directory)
         let address: ControllerAddress
         do {
             address = try ControllerAddress(parsing: claims.iss)
@@ -83,6 +87,7 @@ public enum Enrollment {
             privateKey: keyPair.privateKeyPEM
         )
         do {
+            if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
             try IdentityFileIO.write(file, to: path, overwrite: force)
         } catch {
             throw ILSError(
@@ -91,6 +96,24 @@ public enum Enrollment {
             )
         }
         return Result(file: file, path: path)
+    }
+}
+
+extension Enrollment {
+    /// The nearest existing ancestor of `directory` must be a writable directory.
+    static func checkWritable(_ directory: String) throws(ILSError) {
+        var candidate = directory
+        while !FileManager.default.fileExists(atPath: candidate) {
+            let parent = (candidate as NSString).deletingLastPathComponent
+            if parent.isEmpty || parent == candidate {
+                candidate = "."
+                break
+            }
+            candidate = parent
+        }
+        guard FileManager.default.isWritableFile(atPath: candidate) else {
+            throw ILSError(.cannotWrite, "cannot write an identity file under \(candidate)")
+        }
     }
 }
 

@@ -36,6 +36,26 @@ public enum E2EHandshake {
         case clientHello = 1
         case serverHello = 2
         case clientFinished = 3
+        /// Gateway → device instead of ServerHello: `u8 0x7F`, `var reason (UTF-8)`. Unauthenticated by design (it
+        /// carries no secret); it only lets a refused device say why.
+        case refusal = 0x7F
+    }
+
+    /// A refusal message with a reason a person can act on (at most 512 bytes of it).
+    public static func refusal(_ reason: String) -> [UInt8] {
+        var writer = HandshakeWriter()
+        writer.u8(MessageType.refusal.rawValue)
+        writer.variable(Array(reason.utf8.prefix(512)))
+        return writer.bytes
+    }
+
+    /// The reason in a refusal message, or `nil` when the message is something else.
+    public static func refusalReason(_ message: [UInt8]) -> String? {
+        var reader = HandshakeReader(bytes: message)
+        guard (try? reader.u8()) == MessageType.refusal.rawValue, let reason = try? reader.variable() else {
+            return nil
+        }
+        return String(decoding: reason, as: UTF8.self)
     }
 
     static func failure(_ reason: String) -> ILSError {

@@ -40,14 +40,14 @@ public final class TestHTTPConnection {
     private var bodyMode = BodyMode.none
     private var chunkRemaining = 0
 
-    /// Connects to `port` on 127.0.0.1, over TLS when `trustRootPEM` (the CA to trust) is given.
+    /// Connects to `port` on 127.0.0.1, over TLS when `trustRootPEM` (the CA to trust) is given. `configure` adds
+    /// handlers between the socket and the test's raw bytes (e.g. an end-to-end encryption layer).
     public init(
         port: Int,
         trustRootPEM: String? = nil,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
-    )
-        async throws
-    {
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        configure: (@Sendable (ChannelPipeline.SynchronousOperations) throws -> Void)? = nil
+    ) async throws {
         let sslContext: NIOSSLContext? = try trustRootPEM.map { pem in
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))
@@ -62,6 +62,7 @@ public final class TestHTTPConnection {
                             NIOSSLClientHandler(context: sslContext, serverHostname: "localhost")
                         )
                     }
+                    try configure?(channel.pipeline.syncOperations)
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
                         wrappingChannelSynchronously: channel,
                         configuration: .init(backPressureStrategy: .init(lowWatermark: 2, highWatermark: 4))

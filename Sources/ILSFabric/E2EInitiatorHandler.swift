@@ -1,0 +1,134 @@
+import ILSCore
+public import ILSCrypto
+public import NIOCore
+
+/// The device end of a circuit: runs the handshake as initiator, then encrypts what the app writes and decrypts
+/// what the gateway sends. Writes made before the handshake completes are held (in order) and sent after it.
+///
+/// Sits above a `FrameDecoder`/`FrameEncoder` pair on whatever carries the circuit.
+public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = ByteBuffer
+    public typealias InboundOut = ByteBuffer
+    public typealias OutboundIn = ByteBuffer
+    public typealias OutboundOut = ByteBuffer
+
+    private enum State {
+        case idle(E2EInitiator)
+        case awaitingServerHello(E2EInitiator)
+        case established(E2ERecordLayer)
+        case failed
+    }
+
+    /// The gateway refused the circuit, with its reason.
+    public struct Refused: Error, Sendable {
+        public let reason: String
+    }
+
+    private var state: State
+    private var pending = PendingWrites()
+    private let service: String
+
+    public init(credentials: E2EHandshake.Credentials, service: String) {
+        self.service = service
+        self.state = .idle(E2EInitiator(credentials: credentials, service: service))
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context) }
+    }
+
+    public func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard case .idle(let initiator) = state else { return }
+        state = .awaitingServerHello(initiator)
+        context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: initiator.clientHello())), promise: nil)
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch state {
+        case .awaitingServerHello(let initiator):
+            let message = Array(frame.readableBytesView)
+            if let reason = E2EHandshake.refusalReason(message) {
+                fail(context, Refused(reason: reason))
+                return
+            }
+            do {
+                let (finished, session) = try initiator.receiveServerHello(message)
+                let layer = E2ERecordLayer(session: session)
+                state = .established(layer)
+                context.write(wrapOutboundOut(ByteBuffer(bytes: finished)), promise: nil)
+                let (writes, flush) = pending.drain()
+                for (buffer, promise) in writes { send(buffer, layer: layer, context: context, promise: promise) }
+                context.flush()
+                _ = flush
+                context.fireUserInboundEventTriggered(
+                    E2EEstablishedEvent(peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
+                                        service: service)
+                )
+            } catch {
+                fail(context, error)
+            }
+        case .established(let layer):
+            do {
+                let (plaintext, final) = try layer.open(frame)
+                if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+                if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+            } catch {
+                fail(context, error)
+            }
+        case .idle, .failed:
+            break
+        }
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let buffer = unwrapOutboundIn(data)
+        switch state {
+        case .established(let layer): send(buffer, layer: layer, context: context, promise: promise)
+        case .idle, .awaitingServerHello: pending.append(buffer, promise)
+        case .failed: promise?.fail(ChannelError.ioOnClosedChannel)
+        }
+    }
+
+    public func flush(context: ChannelHandlerContext) {
+        if case .established = state {
+            context.flush()
+        } else {
+            pending.requestFlush()
+        }
+    }
+
+    /// A half-close from the app becomes the FINAL record, so the gateway can tell "done" from "cut".
+    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode == .output, case .established(let layer) = state {
+            for record in layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) {
+                context.write(wrapOutboundOut(record), promise: nil)
+            }
+            context.flush()
+            promise?.succeed()
+            return
+        }
+        context.close(mode: mode, promise: promise)
+    }
+
+    private func send(_ buffer: ByteBuffer, layer: E2ERecordLayer, context: ChannelHandlerContext,
+                      promise: EventLoopPromise<Void>?)
+    {
+        let records = layer.seal(buffer, allocator: context.channel.allocator)
+        for (index, record) in records.enumerated() {
+            context.write(wrapOutboundOut(record), promise: index == records.count - 1 ? promise : nil)
+        }
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ error: any Error) {
+        state = .failed
+        pending.fail(error)
+        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,99 @@
+import ILSCore
+public import ILSCrypto
+public import NIOCore
+
+/// The gateway end of a circuit: answers the handshake as responder, applies the gateway's own access decision
+/// before answering, and only after the device's signature is proven hands the decrypted stream to what
+/// `onEstablished` installs (the proxy core). Not a byte reaches the backend before that.
+public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = ByteBuffer
+    public typealias InboundOut = ByteBuffer
+    public typealias OutboundIn = ByteBuffer
+    public typealias OutboundOut = ByteBuffer
+
+    /// Decides whether this verified-certificate holder may use this service (policy, revocation).
+    public typealias Authorize = @Sendable (IdentityCertificate, String) -> AccessDecision
+    /// Installs the handlers that consume the plaintext, after this one. Runs on the channel's event loop.
+    public typealias OnEstablished = @Sendable (ChannelPipeline.SynchronousOperations, E2EEstablishedEvent) throws
+        -> Void
+
+    private enum State {
+        case awaitingHello(E2EResponder)
+        case awaitingFinished(E2EResponder)
+        case established(E2ERecordLayer)
+        case failed
+    }
+
+    private var state: State
+    private let authorize: Authorize
+    private let onEstablished: OnEstablished
+
+    public init(credentials: E2EHandshake.Credentials, authorize: @escaping Authorize,
+                onEstablished: @escaping OnEstablished)
+    {
+        self.state = .awaitingHello(E2EResponder(credentials: credentials))
+        self.authorize = authorize
+        self.onEstablished = onEstablished
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        do {
+            switch state {
+            case .awaitingHello(let responder):
+                let (serverHello, service, peer) = try responder.receiveClientHello(Array(frame.readableBytesView))
+                if case .deny(let reason) = authorize(peer, service) {
+                    state = .failed
+                    let channel = context.channel
+                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: E2EHandshake.refusal(reason))))
+                        .whenComplete { _ in channel.close(promise: nil) }
+                    return
+                }
+                state = .awaitingFinished(responder)
+                context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: serverHello)), promise: nil)
+            case .awaitingFinished(let responder):
+                let session = try responder.receiveClientFinished(Array(frame.readableBytesView))
+                state = .established(E2ERecordLayer(session: session))
+                let event = E2EEstablishedEvent(
+                    peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
+                    service: session.service
+                )
+                try onEstablished(context.pipeline.syncOperations, event)
+                context.fireUserInboundEventTriggered(event)
+            case .established(let layer):
+                let (plaintext, final) = try layer.open(frame)
+                if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+                if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+            case .failed:
+                break
+            }
+        } catch {
+            state = .failed
+            context.fireErrorCaught(error)
+            context.close(promise: nil)
+        }
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .established(let layer) = state else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        let records = layer.seal(unwrapOutboundIn(data), allocator: context.channel.allocator)
+        for (index, record) in records.enumerated() {
+            context.write(wrapOutboundOut(record), promise: index == records.count - 1 ? promise : nil)
+        }
+    }
+
+    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if case .established(let layer) = state {
+            // The FINAL record tells the device the response ended here, not that the circuit was cut.
+            for record in layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) {
+                context.write(wrapOutboundOut(record), promise: nil)
+            }
+            context.flush()
+            state = .failed
+        }
+        context.close(mode: mode, promise: promise)
+    }
+}
