@@ -67,8 +67,10 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                 context.flush()
                 _ = flush
                 context.fireUserInboundEventTriggered(
-                    E2EEstablishedEvent(peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
-                                        service: service)
+                    E2EEstablishedEvent(
+                        peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
+                        service: service
+                    )
                 )
             } catch {
                 fail(context, error)
@@ -116,9 +118,12 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         context.close(mode: mode, promise: promise)
     }
 
-    private func send(_ buffer: ByteBuffer, layer: E2ERecordLayer, context: ChannelHandlerContext,
-                      promise: EventLoopPromise<Void>?)
-    {
+    private func send(
+        _ buffer: ByteBuffer,
+        layer: E2ERecordLayer,
+        context: ChannelHandlerContext,
+        promise: EventLoopPromise<Void>?
+    ) {
         let records = layer.seal(buffer, allocator: context.channel.allocator)
         for (index, record) in records.enumerated() {
             context.write(wrapOutboundOut(record), promise: index == records.count - 1 ? promise : nil)

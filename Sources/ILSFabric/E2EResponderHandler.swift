@@ -14,7 +14,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     /// Decides whether this verified-certificate holder may use this service (policy, revocation).
     public typealias Authorize = @Sendable (IdentityCertificate, String) -> AccessDecision
     /// Installs the handlers that consume the plaintext, after this one. Runs on the channel's event loop.
-    public typealias OnEstablished = @Sendable (ChannelPipeline.SynchronousOperations, E2EEstablishedEvent) throws
+    public typealias OnEstablished =
+        @Sendable (ChannelPipeline.SynchronousOperations, E2EEstablishedEvent) throws
         -> Void
 
     private enum State {
@@ -28,9 +29,11 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private let authorize: Authorize
     private let onEstablished: OnEstablished
 
-    public init(credentials: E2EHandshake.Credentials, authorize: @escaping Authorize,
-                onEstablished: @escaping OnEstablished)
-    {
+    public init(
+        credentials: E2EHandshake.Credentials,
+        authorize: @escaping Authorize,
+        onEstablished: @escaping OnEstablished
+    ) {
         self.state = .awaitingHello(E2EResponder(credentials: credentials))
         self.authorize = authorize
         self.onEstablished = onEstablished

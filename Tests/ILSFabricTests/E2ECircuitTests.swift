@@ -71,17 +71,28 @@ struct CircuitFixture {
         -> E2EHandshake.Credentials
     {
         let key = IdentityKeyPair.generate()
-        let record = IdentityRecord(id: "id-\(name)", name: name, role: role, attributes: [], state: .active,
-                                    createdAt: 0)
+        let record = IdentityRecord(
+            id: "id-\(name)",
+            name: name,
+            role: role,
+            attributes: [],
+            state: .active,
+            createdAt: 0
+        )
         let issued = try authority.issueIdentityCertificate(publicKey: key.publicKey, identity: record)
-        return try E2EHandshake.Credentials(certificatePEM: issued.pem, privateKeyPEM: key.privateKeyPEM,
-                                            caCertificatePEM: authority.certificatePEM)
+        return try E2EHandshake.Credentials(
+            certificatePEM: issued.pem,
+            privateKeyPEM: key.privateKeyPEM,
+            caCertificatePEM: authority.certificatePEM
+        )
     }
 
     /// A raw HTTP connection whose bytes travel end-to-end encrypted, optionally through `tamper`.
-    func connect(as credentials: E2EHandshake.Credentials? = nil, service: String = "claude-api",
-                 tamper: (any ChannelHandler & Sendable)? = nil) async throws -> TestHTTPConnection
-    {
+    func connect(
+        as credentials: E2EHandshake.Credentials? = nil,
+        service: String = "claude-api",
+        tamper: (any ChannelHandler & Sendable)? = nil
+    ) async throws -> TestHTTPConnection {
         let credentials = credentials ?? device
         return try await TestHTTPConnection(port: port) { pipeline in
             if let tamper { try pipeline.addHandler(tamper) }
