@@ -72,8 +72,15 @@ public struct Controller: Sendable {
     ///
     /// The TLS layer already verified the chain to our CA; this adds what only the store knows.
     public func authenticateAdmin(certificateDER: [UInt8]?) throws(ILSError) -> IdentityRecord {
+        try authenticate(certificateDER: certificateDER, role: .admin, purpose: "the admin API")
+    }
+
+    /// The active identity with this current certificate and role, or a refusal that says why.
+    public func authenticate(certificateDER: [UInt8]?, role: IdentityRole, purpose: String) throws(ILSError)
+        -> IdentityRecord
+    {
         guard let certificateDER else {
-            throw ILSError(.permissionDenied, "the admin API needs an admin identity's client certificate")
+            throw ILSError(.permissionDenied, "\(purpose) needs a \(role.rawValue) identity's client certificate")
         }
         let presented = try IdentityCertificate(der: certificateDER)
         guard let identity = try state.store.identity(id: presented.id),
@@ -82,10 +89,10 @@ public struct Controller: Sendable {
         guard identity.state == .active else {
             throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
         }
-        guard identity.role == .admin else {
+        guard identity.role == role else {
             throw ILSError(
                 .permissionDenied,
-                "identity '\(identity.name)' has role \(identity.role.rawValue), not admin"
+                "identity '\(identity.name)' has role \(identity.role.rawValue), not \(role.rawValue)"
             )
         }
         return identity

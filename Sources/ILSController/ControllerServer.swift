@@ -1,10 +1,12 @@
 public import ILSCore
+import ILSFabric
 public import Logging
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP1
 public import NIOPosix
 import NIOSSL
+import NIOTLS
 public import ServiceLifecycle
 
 /// The controller's one public port: TLS (client certificates optional, verified against the controller CA when
@@ -19,6 +21,7 @@ public final class ControllerServer: Service, Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let logger: Logger
     private let router: ControllerRouter
+    private let overlay: ControllerOverlay
     private let tlsContext: NIOSSLContext
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
 
@@ -31,7 +34,13 @@ public final class ControllerServer: Service, Sendable {
         self.listen = listen
         self.group = group
         self.logger = logger
-        self.router = ControllerRouter(controller: Controller(state: state), logger: logger)
+        let controller = Controller(state: state)
+        self.router = ControllerRouter(controller: controller, logger: logger)
+        self.overlay = ControllerOverlay(
+            controller: controller,
+            relay: Relay(controller: controller, logger: logger),
+            logger: logger
+        )
         do {
             let chain = try NIOSSLCertificate.fromPEMBytes(Array(state.serverCertificatePEM.utf8))
             let key = try NIOSSLPrivateKey(bytes: Array(state.serverKeyPEM.utf8), format: .pem)
@@ -49,7 +58,9 @@ public final class ControllerServer: Service, Sendable {
                 .ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .rsaPssRsaeSha256, .rsaPssRsaeSha384,
                 .rsaPkcs1Sha256,
             ]
-            configuration.applicationProtocols = ["http/1.1"]
+            configuration.applicationProtocols = [
+                FabricProtocol.dialALPN, FabricProtocol.hostALPN, FabricProtocol.apiALPN,
+            ]
             tlsContext = try NIOSSLContext(configuration: configuration)
         } catch {
             throw ILSError(
@@ -65,6 +76,7 @@ public final class ControllerServer: Service, Sendable {
         let tlsContext = self.tlsContext
         let router = self.router
         let logger = self.logger
+        let overlay = self.overlay
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: group)
@@ -74,14 +86,29 @@ public final class ControllerServer: Service, Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
-                        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
-                        try pipeline.configureHTTPServerPipeline(withErrorHandling: true)
+                        // ALPN tells the connection kinds apart on the one port.
                         try pipeline.addHandler(
-                            ControllerHTTPHandler(
-                                router: router,
-                                logger: logger,
-                                maximumBodyBytes: Self.maximumBodyBytes
-                            )
+                            ApplicationProtocolNegotiationHandler { result, channel in
+                                channel.eventLoop.makeCompletedFuture {
+                                    switch result {
+                                    case .negotiated(FabricProtocol.dialALPN):
+                                        try overlay.configureDevice(channel)
+                                    case .negotiated(FabricProtocol.hostALPN):
+                                        try overlay.configureGateway(channel)
+                                    default:
+                                        let pipeline = channel.pipeline.syncOperations
+                                        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
+                                        try pipeline.configureHTTPServerPipeline(withErrorHandling: true)
+                                        try pipeline.addHandler(
+                                            ControllerHTTPHandler(
+                                                router: router,
+                                                logger: logger,
+                                                maximumBodyBytes: Self.maximumBodyBytes
+                                            )
+                                        )
+                                    }
+                                }
+                            }
                         )
                     }
                 }

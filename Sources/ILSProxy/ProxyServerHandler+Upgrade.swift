@@ -1,3 +1,4 @@
+import ILSFabric
 import NIOCore
 import NIOHTTP1
 

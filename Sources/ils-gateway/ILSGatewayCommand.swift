@@ -18,14 +18,19 @@ struct ILSGatewayCommand: AsyncParsableCommand {
         discussion: """
             Serve a backend that streams answers (Server-Sent Events, WebSockets) to your devices.
 
-            Today this build offers HTTP mode: a TLS-terminating streaming reverse proxy.
-              ils-gateway serve --mode http --tls-cert cert.pem --tls-key key.pem --backend http://127.0.0.1:8000
+            controller: the overlay controller (CA, identities, enrollment, admin API, relay).
+            serve:      the gateway next to the backend (overlay mode: no listening port; or HTTP mode).
+            enroll:     turn a one-time token into this machine's identity.
+            tunnel:     a loopback proxy on the device into the overlay.
+            admin:      manage identities.
 
             Exit status: 0 success, 64 bad arguments, 65 unreadable input file, 69 address or peer unavailable,
             70 internal error, 73 a file could not be written.
             """,
         version: "0.1.0",
-        subcommands: [ControllerCommand.self, AdminCommand.self, EnrollCommand.self, ServeCommand.self]
+        subcommands: [
+            ControllerCommand.self, AdminCommand.self, EnrollCommand.self, ServeCommand.self, TunnelCommand.self,
+        ]
     )
 
     /// Runs the command; an `ILSError` becomes one sentence on stderr and its exit status.

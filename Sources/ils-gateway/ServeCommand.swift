@@ -1,4 +1,5 @@
 import ArgumentParser
+import ILSClient
 import ILSCore
 import ILSGateway
 import ILSProxy
@@ -26,8 +27,10 @@ struct ServeCommand: AsyncParsableCommand {
               ils-gateway serve --mode http --tls-cert server.pem --tls-key server.key
               ils-gateway serve --mode http --plain-http --listen 127.0.0.1:8080 --backend http://127.0.0.1:9090
 
-            Overlay mode (--mode ziti, the design's default) needs the controller and is not part of this build yet; \
-            give --mode http or set NETWORKING_MODE=http.
+            Overlay mode (--mode ziti, the default) opens no listening socket: it dials out to the controller \
+            named in the gateway's identity file, hosts --service, and checks every circuit's device end to end \
+            before forwarding it to the backend:
+              ils-gateway serve --identity identities/gateway.json --backend http://127.0.0.1:8000
 
             Environment, used when the flag is absent: NETWORKING_MODE, BACKEND_URL, ILS_LISTEN, ILS_TLS_CERT, \
             ILS_TLS_KEY. SIGTERM or SIGINT stops accepting and drains open requests for up to --drain-timeout.
@@ -41,6 +44,12 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(help: "ziti (overlay, no listening port) or http (TLS reverse proxy). Env: NETWORKING_MODE.")
     var mode: Mode?
+
+    @Option(help: "Overlay mode: the gateway's identity file. Env: ILS_IDENTITY. Default: identities/gateway.json.")
+    var identity: String?
+
+    @Option(help: "Overlay mode: the service to host. Env: ILS_SERVICE. Default: claude-api.")
+    var service: String?
 
     @Option(help: "Backend base URL, http://HOST[:PORT]. Env: BACKEND_URL. Default: http://127.0.0.1:8000.")
     var backend: String?
@@ -80,16 +89,39 @@ struct ServeCommand: AsyncParsableCommand {
         guard let mode = Mode(rawValue: modeName) else {
             throw ILSError(.invalidArgument, "NETWORKING_MODE must be ziti or http, not '\(modeName)'")
         }
-        guard mode == .http else {
-            throw ILSError(
-                .invalidArgument,
-                "overlay mode (ziti) is not available in this build yet; run with --mode http or NETWORKING_MODE=http"
-            )
+        if mode == .ziti {
+            try await runOverlay(environment: environment)
+            return
         }
         let configuration = try httpConfiguration(environment: environment)
         let logger = logOptions.bootstrap(label: "ils-gateway")
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
         try await runUntilSignalled(server, logger: logger)
+    }
+
+    private func runOverlay(environment: ProcessEnvironment) async throws {
+        let path = identity ?? environment["ILS_IDENTITY"] ?? "identities/gateway.json"
+        let file = try IdentityFileIO.read(path)
+        let backendURL = try BackendURL(parsing: backend ?? environment["BACKEND_URL"] ?? "http://127.0.0.1:8000")
+        var proxy = ProxyConfiguration(backend: backendURL)
+        proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")
+        proxy.backendConnectTimeout = try positive(backendConnectTimeout, "--backend-connect-timeout")
+        proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
+        proxy.backendMaxConnections = backendMaxConnections
+        let logger = logOptions.bootstrap(label: "ils-gateway")
+        let gateway = try OverlayGateway(
+            identity: file,
+            service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
+            proxy: proxy,
+            logger: logger
+        )
+        logger.info(
+            "serving overlay mode (no listening socket)",
+            metadata: [
+                "identity": "\(file.identity.name)", "backend": "\(backendURL)",
+            ]
+        )
+        try await runUntilSignalled(gateway, logger: logger)
     }
 
     private func httpConfiguration(environment: ProcessEnvironment) throws(ILSError) -> HTTPModeConfiguration {

@@ -1,14 +1,14 @@
-import NIOCore
+public import NIOCore
 
 /// Splices two channels byte for byte, after a protocol switch (WebSocket) has taken HTTP out of the way.
 ///
 /// The model is swift-nio-examples' connect-proxy: a matched pair of handlers, each reading from its own channel only
 /// while its partner's channel is writable, so a slow side slows the fast side instead of growing a buffer; a
 /// half-close on one side becomes a half-close on the other; a full close closes both.
-final class GlueHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+public final class GlueHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = ByteBuffer
+    public typealias OutboundIn = ByteBuffer
+    public typealias OutboundOut = ByteBuffer
 
     private var partner: GlueHandler?
     private var context: ChannelHandlerContext?
@@ -16,7 +16,7 @@ final class GlueHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private init() {}
 
-    static func matchedPair() -> (GlueHandler, GlueHandler) {
+    public static func matchedPair() -> (GlueHandler, GlueHandler) {
         let first = GlueHandler()
         let second = GlueHandler()
         first.partner = second
@@ -49,47 +49,47 @@ final class GlueHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
+    public func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) {
+    public func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
         self.partner = nil
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         partner?.partnerWrite(data)
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
+    public func channelReadComplete(context: ChannelHandlerContext) {
         partner?.partnerFlush()
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    public func channelInactive(context: ChannelHandlerContext) {
         partner?.partnerCloseFull()
         context.fireChannelInactive()
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+    public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
             partner?.partnerWriteEOF()
         }
         context.fireUserInboundEventTriggered(event)
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    public func errorCaught(context: ChannelHandlerContext, error: any Error) {
         context.close(promise: nil)
     }
 
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
+    public func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             partner?.partnerBecameWritable()
         }
         context.fireChannelWritabilityChanged()
     }
 
-    func read(context: ChannelHandlerContext) {
+    public func read(context: ChannelHandlerContext) {
         if partnerWritable {
             context.read()
         } else {

@@ -1,0 +1,149 @@
+import Foundation
+import ILSCore
+import ILSCrypto
+import ILSFabric
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOSSL
+
+/// Sets up the overlay connections that arrive on the controller's port: devices (`ils-dial/1`) and gateways
+/// (`ils-host/1`). Both must present an enrolled identity's current certificate.
+struct ControllerOverlay: Sendable {
+    let controller: Controller
+    let relay: Relay
+    let logger: Logger
+
+    private func identity(of channel: any Channel, purpose: String) throws(ILSError) -> IdentityRecord {
+        let certificate = try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self)
+            .peerCertificate?.toDERBytes()
+        guard let certificate else {
+            throw ILSError(.permissionDenied, "\(purpose) needs an enrolled identity's client certificate")
+        }
+        let presented = try IdentityCertificate(der: certificate)
+        return try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: purpose)
+    }
+
+    /// A device connection: HTTP/2 server; each stream is a circuit request.
+    func configureDevice(_ channel: any Channel) throws {
+        let device: IdentityRecord
+        do {
+            device = try identity(of: channel, purpose: "dialing a service")
+        } catch {
+            logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
+            channel.close(promise: nil)
+            return
+        }
+        let relay = self.relay
+        _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
+            mode: .server,
+            connectionConfiguration: FabricSettings.connection,
+            streamConfiguration: FabricSettings.stream
+        ) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(
+                    CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream)
+                    }
+                )
+            }
+        }
+        logger.info("device connected", metadata: ["identity": "\(device.name)"])
+    }
+
+    /// A gateway connection: HTTP/2 with the controller as client. The first stream asks what it hosts.
+    func configureGateway(_ channel: any Channel) throws {
+        let gateway: IdentityRecord
+        do {
+            gateway = try identity(of: channel, purpose: "hosting a service")
+        } catch {
+            logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
+            channel.close(promise: nil)
+            return
+        }
+        let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
+            mode: .client,
+            connectionConfiguration: FabricSettings.connection,
+            streamConfiguration: FabricSettings.stream
+        ) { stream in
+            // Gateways never open streams towards the controller.
+            stream.close()
+        }
+        let controller = self.controller
+        let relay = self.relay
+        multiplexer.createStreamChannel { stream in
+            stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(
+                    HostControlHandler(gateway: gateway, controller: controller) { service in
+                        relay.register(
+                            Relay.Host(
+                                key: ObjectIdentifier(channel),
+                                identity: gateway,
+                                channel: channel,
+                                multiplexer: multiplexer
+                            ),
+                            service: service
+                        )
+                    }
+                )
+            }
+        }.whenFailure { _ in channel.close(promise: nil) }
+    }
+}
+
+/// The controller's end of a gateway's control stream: asks which service it hosts, checks the bind policy, and
+/// answers with the dial policy (or the refusal).
+final class HostControlHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    private let gateway: IdentityRecord
+    private let controller: Controller
+    private let register: @Sendable (String) -> Void
+
+    init(gateway: IdentityRecord, controller: Controller, register: @escaping @Sendable (String) -> Void) {
+        self.gateway = gateway
+        self.controller = controller
+        self.register = register
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let headers = HPACKHeaders([
+            (":method", "GET"), (":scheme", "https"), (":authority", "controller"),
+            (":path", FabricProtocol.controlPath),
+        ])
+        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .headers(let answer) = unwrapInboundIn(data),
+            let service = answer.headers.first(name: FabricProtocol.serviceHeader)
+        else { return }
+        let message: HostControlMessage
+        let policy = try? controller.state.store.service(named: service)
+        if let policy, policy.bindRoles.contains(gateway.role) {
+            message = HostControlMessage(dialRoles: policy.dialRoles)
+            register(service)
+        } else {
+            let reason =
+                policy == nil
+                ? "there is no service named '\(service)'"
+                : "identity '\(gateway.name)' (role \(gateway.role.rawValue)) may not host '\(service)'"
+            message = HostControlMessage(error: reason)
+            try? controller.state.store.audit(
+                actor: gateway.name,
+                action: "bind.refused",
+                target: service,
+                detail: reason
+            )
+        }
+        let body = (try? JSONEncoder().encode(message)) ?? Data()
+        let refused = message.error != nil
+        let parent = context.channel.parent
+        context.writeAndFlush(
+            wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: refused)))
+        ).whenComplete { _ in
+            if refused { parent?.close(promise: nil) }
+        }
+    }
+}

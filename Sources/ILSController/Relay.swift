@@ -1,0 +1,142 @@
+import Foundation
+import ILSCore
+import ILSFabric
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// The controller's relay: which gateways host which service, and the splice of each device circuit onto one of
+/// them. It authorizes dials against the service's policy and never sees plaintext.
+final class Relay: Sendable {
+    struct Host: Sendable {
+        let key: ObjectIdentifier
+        let identity: IdentityRecord
+        let channel: any Channel
+        let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+    }
+
+    private struct State {
+        var hosts: [String: [Host]] = [:]
+        var nextIndex: [String: Int] = [:]
+    }
+
+    private let state = NIOLockedValueBox(State())
+    private let controller: Controller
+    private let logger: Logger
+    /// How long a gateway may take to accept a circuit before the relay tries another.
+    static let gatewayTimeout: TimeAmount = .seconds(5)
+
+    init(controller: Controller, logger: Logger) {
+        self.controller = controller
+        self.logger = logger
+    }
+
+    func register(_ host: Host, service: String) {
+        state.withLockedValue { $0.hosts[service, default: []].append(host) }
+        logger.info("gateway hosts service", metadata: ["gateway": "\(host.identity.name)", "service": "\(service)"])
+        host.channel.closeFuture.whenComplete { _ in
+            self.state.withLockedValue { state in
+                state.hosts[service]?.removeAll { $0.key == host.key }
+            }
+            self.logger.info("gateway left", metadata: ["gateway": "\(host.identity.name)", "service": "\(service)"])
+        }
+    }
+
+    /// The gateways of `service`, starting after the one used last, so dials spread across them.
+    private func candidates(for service: String) -> [Host] {
+        state.withLockedValue { state in
+            let hosts = state.hosts[service] ?? []
+            guard !hosts.isEmpty else { return [] }
+            let start = (state.nextIndex[service] ?? 0) % hosts.count
+            state.nextIndex[service] = start + 1
+            return Array(hosts[start...] + hosts[..<start])
+        }
+    }
+
+    /// Decides a device's circuit: policy first, then the first gateway that accepts it.
+    func dial(service: String, device: IdentityRecord, stream: any Channel) -> EventLoopFuture<CircuitDecision> {
+        let eventLoop = stream.eventLoop
+        let policy: ServiceRecord?
+        do {
+            policy = try controller.state.store.service(named: service)
+        } catch {
+            return eventLoop.makeSucceededFuture(.refuse(status: 500, code: "internal_error", reason: error.reason))
+        }
+        guard let policy else {
+            return eventLoop.makeSucceededFuture(
+                .refuse(status: 404, code: "unknown_service", reason: "there is no service named '\(service)'")
+            )
+        }
+        guard policy.dialRoles.contains(device.role) else {
+            try? controller.state.store.audit(
+                actor: device.name,
+                action: "dial.refused",
+                target: service,
+                detail: "role=\(device.role.rawValue)"
+            )
+            return eventLoop.makeSucceededFuture(
+                .refuse(
+                    status: 403,
+                    code: "dial_denied",
+                    reason: "identity '\(device.name)' (role \(device.role.rawValue)) may not dial '\(service)'"
+                )
+            )
+        }
+        let hosts = candidates(for: service)
+        guard !hosts.isEmpty else {
+            return eventLoop.makeSucceededFuture(
+                .refuse(status: 503, code: "service_unavailable", reason: "no gateway hosts '\(service)' right now")
+            )
+        }
+        return attempt(hosts[...], service: service, device: device, deviceStream: stream)
+    }
+
+    /// Tries each gateway in turn; a gateway that fails or refuses is skipped before the device sees an error.
+    private func attempt(
+        _ hosts: ArraySlice<Host>,
+        service: String,
+        device: IdentityRecord,
+        deviceStream: any Channel
+    ) -> EventLoopFuture<CircuitDecision> {
+        guard let host = hosts.first else {
+            return deviceStream.eventLoop.makeSucceededFuture(
+                .refuse(status: 502, code: "gateway_failed", reason: "no gateway for '\(service)' accepted the circuit")
+            )
+        }
+        let opened = host.channel.eventLoop.makePromise(of: Void.self)
+        let timeout = host.channel.eventLoop.scheduleTask(in: Self.gatewayTimeout) {
+            opened.fail(CircuitRefused(code: "timeout", reason: "the gateway did not answer"))
+        }
+        let gatewayStream = host.multiplexer.createStreamChannel { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(
+                    CircuitDialer(
+                        service: service,
+                        extraHeaders: [(FabricProtocol.deviceNameHeader, device.name)],
+                        opened: opened
+                    )
+                )
+            }
+        }
+        let logger = self.logger
+        return gatewayStream.and(opened.futureResult).flatMap { gatewayStream, _ -> EventLoopFuture<CircuitDecision> in
+            timeout.cancel()
+            return gatewayStream.eventLoop.makeCompletedFuture {
+                try gatewayStream.pipeline.syncOperations.addHandler(RelayHandler(partner: deviceStream))
+            }.map {
+                .accept(install: { pipeline in
+                    try pipeline.addHandler(RelayHandler(partner: gatewayStream))
+                })
+            }
+        }.flatMapError { error in
+            timeout.cancel()
+            logger.notice(
+                "gateway did not take a circuit; trying the next",
+                metadata: ["gateway": "\(host.identity.name)", "error": "\(error)"]
+            )
+            return self.attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
+        }.hop(to: deviceStream.eventLoop)
+    }
+}

@@ -1,0 +1,75 @@
+public import NIOCore
+public import NIOHPACK
+public import NIOHTTP2
+
+/// What the accepting side decides about a circuit request.
+public enum CircuitDecision: Sendable {
+    /// Answer `200` and install the handlers that carry the circuit after the acceptor (which then leaves).
+    case accept(install: @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void)
+    /// Answer with `status` and the stable `code` and `reason`, then end the stream.
+    case refuse(status: Int, code: String, reason: String)
+}
+
+/// The accepting end of a circuit stream: reads the `CONNECT` head, asks `decide` (which may take time, e.g. to
+/// reach a gateway), answers, and hands the stream over. Data that arrives before the answer is refused: a dialer
+/// waits for `200`.
+public final class CircuitAcceptor: ChannelInboundHandler, RemovableChannelHandler {
+    public typealias InboundIn = HTTP2Frame.FramePayload
+    public typealias InboundOut = HTTP2Frame.FramePayload
+    public typealias OutboundOut = HTTP2Frame.FramePayload
+
+    public typealias Decide =
+        @Sendable (_ service: String, _ headers: HPACKHeaders, _ stream: any Channel)
+        -> EventLoopFuture<CircuitDecision>
+
+    private let decide: Decide
+    private var sawHead = false
+
+    public init(decide: @escaping Decide) {
+        self.decide = decide
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !sawHead, case .headers(let request) = unwrapInboundIn(data) else {
+            refuse(context, status: 400, code: "protocol_error", reason: "expected a CONNECT head first")
+            return
+        }
+        sawHead = true
+        guard request.headers.first(name: ":method") == "CONNECT",
+            let service = request.headers.first(name: ":authority"), !service.isEmpty, service.utf8.count <= 128
+        else {
+            refuse(context, status: 400, code: "protocol_error", reason: "a circuit starts with CONNECT service")
+            return
+        }
+        let channel = context.channel
+        decide(service, request.headers, channel).assumeIsolated().whenComplete { result in
+            switch result {
+            case .success(.accept(let install)):
+                do {
+                    context.writeAndFlush(
+                        self.wrapOutboundOut(.headers(.init(headers: [":status": "200"]))),
+                        promise: nil
+                    )
+                    try install(context.pipeline.syncOperations)
+                    context.pipeline.syncOperations.removeHandler(self, promise: nil)
+                } catch {
+                    channel.close(promise: nil)
+                }
+            case .success(.refuse(let status, let code, let reason)):
+                self.refuse(context, status: status, code: code, reason: reason)
+            case .failure:
+                self.refuse(context, status: 502, code: "internal_error", reason: "the circuit could not be set up")
+            }
+        }
+    }
+
+    private func refuse(_ context: ChannelHandlerContext, status: Int, code: String, reason: String) {
+        let headers = HPACKHeaders([
+            (":status", String(status)), (FabricProtocol.errorHeader, code),
+            (FabricProtocol.reasonHeader, String(reason.prefix(300))),
+        ])
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))))
+            .whenComplete { _ in channel.close(promise: nil) }
+    }
+}

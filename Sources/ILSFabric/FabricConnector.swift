@@ -1,0 +1,102 @@
+public import ILSCore
+public import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
+
+/// An enrolled identity's way into the overlay: one mTLS connection to the controller, with the ALPN that says
+/// what it is for. The controller is trusted only through the CA in the identity file, and must present a
+/// certificate for the host in the identity's controller URL.
+public struct FabricConnector: Sendable {
+    public let address: ControllerAddress
+    private let sslContext: NIOSSLContext
+
+    public init(identity: IdentityFile, alpn: String) throws(ILSError) {
+        address = try ControllerAddress(parsing: identity.controller)
+        do {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.minimumTLSVersion = .tlsv12
+            configuration.trustRoots = .certificates(
+                try NIOSSLCertificate.fromPEMBytes(Array(identity.caCertificate.utf8))
+            )
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificate.utf8))
+                .map { .certificate($0) }
+            configuration.privateKey = .privateKey(
+                try NIOSSLPrivateKey(bytes: Array(identity.privateKey.utf8), format: .pem)
+            )
+            configuration.signingSignatureAlgorithms = [.ed25519]
+            configuration.applicationProtocols = [alpn]
+            sslContext = try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw ILSError(
+                .invalidInput,
+                "the identity file's certificate or key could not be loaded",
+                detail: "\(error)"
+            )
+        }
+        self.alpn = alpn
+    }
+
+    private let alpn: String
+
+    /// Connects on `eventLoop`; after the TLS handshake agreed on our ALPN, `configure` sets up the connection.
+    public func connect(
+        on eventLoop: any EventLoop,
+        timeout: TimeAmount = .seconds(5),
+        configure: @escaping @Sendable (any Channel) throws -> Void
+    ) -> EventLoopFuture<any Channel> {
+        let sslContext = self.sslContext
+        let host = address.host
+        let alpn = self.alpn
+        let ready = eventLoop.makePromise(of: Void.self)
+        let connected = ClientBootstrap(group: eventLoop)
+            .connectTimeout(timeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let hostname = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
+                    try channel.pipeline.syncOperations.addHandler(
+                        NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
+                    )
+                    try channel.pipeline.syncOperations.addHandler(
+                        ApplicationProtocolNegotiationHandler { result, channel in
+                            guard case .negotiated(let chosen) = result, chosen == alpn else {
+                                ready.fail(ILSError(.unavailable, "the controller does not speak \(alpn)"))
+                                return channel.close()
+                            }
+                            return channel.eventLoop.makeCompletedFuture {
+                                try configure(channel)
+                                ready.succeed()
+                            }
+                        }
+                    )
+                }
+            }
+            .connect(host: address.host, port: address.port)
+        connected.whenFailure { ready.fail($0) }
+        connected.whenSuccess { channel in
+            channel.closeFuture.whenComplete { _ in
+                ready.fail(ILSError(.unavailable, "the controller closed the connection during setup"))
+            }
+        }
+        return connected.and(ready.futureResult).map { channel, _ in channel }
+    }
+}
+
+/// Jittered exponential backoff for reconnecting: 100 ms doubling to a cap, each wait drawn uniformly from
+/// [cap/2, cap] of the current step so a fleet of gateways does not reconnect in lockstep.
+public struct Backoff: Sendable {
+    public var initial: TimeAmount = .milliseconds(100)
+    public var maximum: TimeAmount = .seconds(3)
+    private var attempt = 0
+
+    public init() {}
+
+    public mutating func next() -> TimeAmount {
+        let step = min(maximum.nanoseconds, initial.nanoseconds << min(attempt, 20))
+        attempt += 1
+        return .nanoseconds(Int64.random(in: (step / 2)...max(step / 2, step)))
+    }
+
+    public mutating func reset() { attempt = 0 }
+}

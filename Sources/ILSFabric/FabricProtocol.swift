@@ -1,0 +1,26 @@
+/// The names the overlay's connections and circuit streams use on the wire (docs/protocol.md, "Data plane").
+public enum FabricProtocol {
+    /// ALPN of a device's connection to the controller: HTTP/2, the controller is the server, one CONNECT stream per
+    /// circuit.
+    public static let dialALPN = "ils-dial/1"
+    /// ALPN of a gateway's connection to the controller: HTTP/2 with roles reversed (the gateway dials out but is
+    /// the HTTP/2 server; the controller opens a stream per circuit), as cloudflared does.
+    public static let hostALPN = "ils-host/1"
+    /// ALPN of the controller's JSON API.
+    public static let apiALPN = "http/1.1"
+
+    /// Response headers that explain a refused circuit.
+    public static let errorHeader = "ils-error"
+    public static let reasonHeader = "ils-reason"
+    /// Informational headers the controller adds when it opens a circuit to a gateway. The gateway never trusts
+    /// them; it learns who the device is from the end-to-end handshake.
+    public static let deviceNameHeader = "ils-device-name"
+    /// Header of the gateway's answer on the control stream: the service it hosts.
+    public static let serviceHeader = "ils-service"
+    /// Path of the control stream the controller opens first on a gateway connection.
+    public static let controlPath = "/ils/v1/host"
+
+    /// Per-stream flow-control window: large enough for bulk transfers, small enough that a stalled circuit holds
+    /// little memory. Each side buffers at most about this much per circuit.
+    public static let streamWindow = 1 << 20
+}

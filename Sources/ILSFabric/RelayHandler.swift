@@ -1,0 +1,78 @@
+public import NIOCore
+public import NIOHTTP2
+
+/// One half of the controller's splice between a device's circuit stream and a gateway's: DATA read here is
+/// written to the partner stream, with END_STREAM carried across.
+///
+/// The two streams usually live on different event loops (different connections), so writes cross threads. Reads
+/// stop while more than `maximumInFlight` bytes are written to the partner but not yet accepted by it; the partner's
+/// HTTP/2 flow control holds those writes while its reader is slow, so a stalled circuit stops its sender (through
+/// this stream's own window) and never grows the relay's memory, while other circuits on the same connections flow.
+/// The relay only ever sees ciphertext.
+public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = HTTP2Frame.FramePayload
+    public typealias OutboundIn = HTTP2Frame.FramePayload
+    public typealias OutboundOut = HTTP2Frame.FramePayload
+
+    public static let maximumInFlight = 256 * 1024
+
+    private let partner: any Channel
+    private var inFlight = 0
+    private var pendingRead = false
+    private var context: ChannelHandlerContext?
+    /// Counts relayed bytes, for session listings (`admin sessions`).
+    private let onBytes: (@Sendable (Int) -> Void)?
+
+    public init(partner: any Channel, onBytes: (@Sendable (Int) -> Void)? = nil) {
+        self.partner = partner
+        self.onBytes = onBytes
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .data(let payload) = unwrapInboundIn(data) else { return }
+        let size = payload.data.readableBytes
+        inFlight += size
+        onBytes?(size)
+        let loop = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        partner.writeAndFlush(HTTP2Frame.FramePayload.data(payload)).whenComplete { result in
+            eventLoop.execute {
+                let handler = loop.value
+                handler.inFlight -= size
+                if case .failure = result {
+                    handler.context?.close(promise: nil)
+                    return
+                }
+                if handler.pendingRead, handler.inFlight < Self.maximumInFlight, let context = handler.context {
+                    handler.pendingRead = false
+                    context.read()
+                }
+            }
+        }
+    }
+
+    public func read(context: ChannelHandlerContext) {
+        if inFlight < Self.maximumInFlight {
+            context.read()
+        } else {
+            pendingRead = true
+        }
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        partner.close(promise: nil)
+        context.fireChannelInactive()
+    }
+
+    public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import ILSCore
+import ILSCrypto
+import ILSFabric
+import ILSProxy
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// What the gateway currently knows from the controller: who may dial the service it hosts.
+final class GatewayPolicy: Sendable {
+    private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
+
+    func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
+
+    /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
+    /// has sent the policy, nobody gets in.
+    func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {
+        guard service == hosted else { return .deny(reason: "this gateway hosts '\(hosted)', not '\(service)'") }
+        guard let roles = dialRoles.withLockedValue({ $0 }) else {
+            return .deny(reason: "the gateway has not received its policy yet; retry shortly")
+        }
+        guard roles.contains(peer.role) else {
+            return .deny(reason: "identity '\(peer.name)' (role \(peer.role.rawValue)) may not dial '\(service)'")
+        }
+        return .allow
+    }
+}
+
+/// The first handler of every stream the controller opens to the gateway. The control stream (`GET
+/// /ils/v1/host`) is answered with the hosted service and then carries the policy; a `CONNECT` becomes a circuit:
+/// end-to-end handshake first, then the proxy core.
+final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    struct Context: Sendable {
+        let service: String
+        let credentials: E2EHandshake.Credentials
+        let policy: GatewayPolicy
+        let core: ProxyCore
+        let logger: Logger
+        /// Called with the controller's refusal to let this gateway host the service.
+        let onRefusal: @Sendable (String) -> Void
+    }
+
+    private let settings: Context
+    private var isControl = false
+
+    init(_ settings: Context) {
+        self.settings = settings
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let payload = unwrapInboundIn(data)
+        if isControl {
+            readControl(payload, context: context)
+            return
+        }
+        guard case .headers(let request) = payload else {
+            context.close(promise: nil)
+            return
+        }
+        if request.headers.first(name: ":path") == FabricProtocol.controlPath {
+            isControl = true
+            let headers = HPACKHeaders([(":status", "200"), (FabricProtocol.serviceHeader, settings.service)])
+            context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
+            return
+        }
+        let settings = self.settings
+        let acceptor = CircuitAcceptor { service, _, stream in
+            guard service == settings.service else {
+                return stream.eventLoop.makeSucceededFuture(
+                    .refuse(status: 404, code: "unknown_service", reason: "this gateway hosts '\(settings.service)'")
+                )
+            }
+            return stream.eventLoop.makeSucceededFuture(
+                .accept(install: { pipeline in
+                    try pipeline.addHandler(StreamDataCodec())
+                    try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
+                    try pipeline.addHandler(MessageToByteHandler(FrameEncoder()))
+                    try pipeline.addHandler(
+                        E2EResponderHandler(
+                            credentials: settings.credentials,
+                            authorize: { peer, requested in
+                                let decision = settings.policy.decide(
+                                    peer,
+                                    service: requested,
+                                    hosted: settings.service
+                                )
+                                if case .deny(let reason) = decision {
+                                    settings.logger.notice("circuit refused", metadata: ["reason": "\(reason)"])
+                                }
+                                return decision
+                            },
+                            onEstablished: { pipeline, event in
+                                try settings.core.configureClientPipeline(
+                                    pipeline,
+                                    client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
+                                )
+                            }
+                        )
+                    )
+                })
+            )
+        }
+        do {
+            try context.pipeline.syncOperations.addHandler(acceptor, position: .after(self))
+        } catch {
+            context.close(promise: nil)
+            return
+        }
+        context.fireChannelRead(data)
+        context.pipeline.syncOperations.removeHandler(self, promise: nil)
+    }
+
+    private func readControl(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
+        guard case .data(let frame) = payload, case .byteBuffer(let buffer) = frame.data else { return }
+        guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(buffer.readableBytesView))
+        else { return }
+        if let roles = message.dialRoles {
+            settings.policy.update(roles)
+            settings.logger.info("hosting service", metadata: ["service": "\(settings.service)"])
+        } else if let error = message.error {
+            settings.onRefusal(error)
+        }
+    }
+}

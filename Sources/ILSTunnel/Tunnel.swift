@@ -1,0 +1,173 @@
+import ILSClient
+public import ILSCore
+import ILSFabric
+public import Logging
+import NIOConcurrencyHelpers
+public import NIOCore
+import NIOHTTP2
+import NIOPosix
+public import ServiceLifecycle
+
+/// `ils-gateway tunnel`: a loopback listener on the device; every accepted TCP connection becomes an end-to-end
+/// encrypted circuit to the service, so clients that don't speak the overlay (curl, a browser, an app configured
+/// with `http://127.0.0.1:PORT`) use it unchanged.
+public final class Tunnel: Service, Sendable {
+    private let dialer: OverlayDialer
+    private let service: String
+    private let listen: HostPort
+    private let logger: Logger
+    private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+
+    /// Refuses a non-loopback listen address unless `allowRemote`: anyone who can reach the tunnel's port uses the
+    /// device's identity.
+    public init(identity: IdentityFile, service: String, listen: HostPort, allowRemote: Bool, logger: Logger)
+        throws(ILSError)
+    {
+        let loopback =
+            listen.host == "127.0.0.1" || listen.host == "::1" || listen.host == "localhost"
+            || listen.host.hasPrefix("127.")
+        guard loopback || allowRemote else {
+            throw ILSError(
+                .invalidArgument,
+                "the tunnel listens on loopback only (anyone reaching it acts as '\(identity.identity.name)'); "
+                    + "give --allow-remote to listen on \(listen.host)"
+            )
+        }
+        self.dialer = try OverlayDialer(identity: identity)
+        self.service = service
+        self.listen = listen
+        self.logger = logger
+    }
+
+    /// Binds the listener (on the dialer's event loop, so each accepted socket and its circuit share a thread).
+    public func start() async throws(ILSError) -> SocketAddress {
+        let dialer = self.dialer
+        let service = self.service
+        let logger = self.logger
+        let listener: any Channel
+        do {
+            listener = try await ServerBootstrap(group: dialer.eventLoop)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(
+                            TunnelConnectionHandler(dialer: dialer, service: service, logger: logger)
+                        )
+                    }
+                }
+                .bind(host: listen.host, port: listen.port).get()
+        } catch {
+            throw ILSError(.unavailable, "could not listen on \(listen): \(error)")
+        }
+        channel.withLockedValue { $0 = listener }
+        guard let address = listener.localAddress else { throw ILSError(.internalError, "no local address") }
+        return address
+    }
+
+    public func shutdown() async {
+        let listener = channel.withLockedValue { channel in
+            defer { channel = nil }
+            return channel
+        }
+        try? await listener?.close()
+    }
+
+    public func run() async throws {
+        let address = try await start()
+        logger.info(
+            "tunnel listening",
+            metadata: [
+                "listen": "\(address.ipAddress ?? "?"):\(address.port ?? 0)", "service": "\(service)",
+            ]
+        )
+        try? await gracefulShutdown()
+        await shutdown()
+    }
+}
+
+/// Holds an accepted connection's reads until its circuit is open, then glues the two together. A circuit that
+/// cannot be opened is logged in one line and the client connection is closed at once (never left hanging).
+final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+
+    private let dialer: OverlayDialer
+    private let service: String
+    private let logger: Logger
+    private var pendingRead = false
+
+    init(dialer: OverlayDialer, service: String, logger: Logger) {
+        self.dialer = dialer
+        self.service = service
+        self.logger = logger
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        let channel = context.channel
+        let logger = self.logger
+        let service = self.service
+        dialer.dial(service: service).hop(to: context.eventLoop).assumeIsolated().whenComplete { result in
+            switch result {
+            case .success(let stream):
+                guard channel.isActive else {
+                    stream.close(promise: nil)
+                    return
+                }
+                let (local, remote) = GlueHandler.matchedPair()
+                do {
+                    try stream.pipeline.syncOperations.addHandler(CircuitErrorLogger(logger: logger))
+                    try stream.pipeline.syncOperations.addHandler(remote)
+                    try context.pipeline.syncOperations.addHandler(local)
+                    context.pipeline.syncOperations.removeHandler(self, promise: nil)
+                } catch {
+                    stream.close(promise: nil)
+                    channel.close(promise: nil)
+                }
+            case .failure(let error):
+                logger.warning(
+                    "circuit not opened; closing the client connection",
+                    metadata: ["service": "\(service)", "error": "\(Self.describe(error))"]
+                )
+                channel.close(promise: nil)
+            }
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        pendingRead = true
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        if pendingRead { context.read() }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        switch error {
+        case OverlayDialer.DialError.controllerUnreachable(let reason): reason
+        case OverlayDialer.DialError.refused(let code, let reason): "\(reason) (\(code))"
+        default: "\(error)"
+        }
+    }
+}
+
+/// Logs why a circuit ended badly (a gateway's end-to-end refusal, a failed record), once.
+final class CircuitErrorLogger: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    private let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .cancel {
+            // Our own side closed the circuit (the client went away): not a failure.
+            logger.debug("circuit closed", metadata: ["stream": "\(closed.streamID)"])
+        } else if let refused = error as? E2EInitiatorHandler.Refused {
+            logger.warning("the gateway refused the circuit", metadata: ["reason": "\(refused.reason)"])
+        } else {
+            logger.warning("circuit failed", metadata: ["error": "\(error)"])
+        }
+        context.fireErrorCaught(error)
+    }
+}

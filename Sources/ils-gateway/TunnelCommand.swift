@@ -1,0 +1,49 @@
+import ArgumentParser
+import ILSClient
+import ILSCore
+import ILSTunnel
+
+/// `ils-gateway tunnel`: a loopback proxy on the device for clients that don't speak the overlay.
+struct TunnelCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tunnel",
+        abstract: "Listen on loopback and carry every connection to a service through the overlay.",
+        discussion: """
+            Every TCP connection accepted on --listen becomes an end-to-end encrypted circuit to --service, checked by
+            the gateway against this device's identity. Point a client at http://127.0.0.1:PORT.
+
+            Example:
+              ils-gateway tunnel --identity identities/ipad.json --listen 127.0.0.1:8080
+              curl -N http://127.0.0.1:8080/claude/stream?prompt=hello
+            """
+    )
+
+    @Option(help: "The device's identity file. Env: ILS_IDENTITY. Default: identities/device.json.")
+    var identity: String?
+
+    @Option(help: "The service to reach. Env: ILS_SERVICE. Default: claude-api.")
+    var service: String?
+
+    @Option(help: "HOST:PORT to listen on. Env: ILS_LISTEN. Default: 127.0.0.1:8080.")
+    var listen: String?
+
+    @Flag(help: "Allow a non-loopback --listen address (anyone who reaches it acts as this device).")
+    var allowRemote = false
+
+    @OptionGroup var logOptions: LogOptions
+
+    func run() async throws {
+        let environment = ProcessEnvironment()
+        let file = try IdentityFileIO.read(identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json")
+        let address = try HostPort(parsing: listen ?? environment["ILS_LISTEN"] ?? "127.0.0.1:8080")
+        let logger = logOptions.bootstrap(label: "ils-tunnel")
+        let tunnel = try Tunnel(
+            identity: file,
+            service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
+            listen: address,
+            allowRemote: allowRemote,
+            logger: logger
+        )
+        try await runUntilSignalled(tunnel, logger: logger)
+    }
+}
