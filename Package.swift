@@ -155,6 +155,12 @@ let package = Package(
             name: "ILSTesting",
             dependencies: [
                 "ILSCore",
+                "ILSProxy",
+                "ILSController",
+                "ILSGateway",
+                "ILSTunnel",
+                "ILSClient",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -183,6 +189,16 @@ let package = Package(
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSOverlayTests",
+            dependencies: [
+                "ILSCore",
+                "ILSTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

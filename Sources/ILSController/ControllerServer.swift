@@ -24,6 +24,7 @@ public final class ControllerServer: Service, Sendable {
     private let overlay: ControllerOverlay
     private let tlsContext: NIOSSLContext
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+    private let connections = ChildChannelRegistry()
 
     public init(
         state: ControllerState,
@@ -77,6 +78,7 @@ public final class ControllerServer: Service, Sendable {
         let router = self.router
         let logger = self.logger
         let overlay = self.overlay
+        let connections = self.connections
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: group)
@@ -84,6 +86,7 @@ public final class ControllerServer: Service, Sendable {
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        connections.add(channel)
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
                         // ALPN tells the connection kinds apart on the one port.
@@ -121,12 +124,15 @@ public final class ControllerServer: Service, Sendable {
         return address
     }
 
+    /// Stops listening and closes every connection: API clients, devices and gateways (which reconnect to the
+    /// next controller on their own).
     public func shutdown() async {
         let server = channel.withLockedValue { channel in
             defer { channel = nil }
             return channel
         }
         try? await server?.close()
+        connections.closeAll()
     }
 
     public func run() async throws {

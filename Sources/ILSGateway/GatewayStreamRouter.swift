@@ -15,6 +15,8 @@ final class GatewayPolicy: Sendable {
 
     func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
 
+    var isKnown: Bool { dialRoles.withLockedValue { $0 != nil } }
+
     /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
     /// has sent the policy, nobody gets in.
     func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {

@@ -1,4 +1,5 @@
 public import ILSCore
+import ILSFabric
 import ILSProxy
 public import Logging
 import NIOConcurrencyHelpers

@@ -64,12 +64,8 @@ public final class OverlayGateway: Service, Sendable {
         channel?.close(promise: nil)
     }
 
-    /// Waits until the gateway is connected and hosting (for tests and readiness).
-    public func waitUntilHosting() async {
-        while !(isConnected.withLockedValue { $0 }) {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-    }
+    /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
+    public var isHosting: Bool { isConnected.withLockedValue { $0 } && policy.isKnown }
 
     private func connectLoop() async {
         var backoff = Backoff()

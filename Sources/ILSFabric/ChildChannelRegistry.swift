@@ -1,11 +1,13 @@
 import NIOConcurrencyHelpers
-import NIOCore
+public import NIOCore
 
 /// The accepted connections of a server, so a drain that runs past its deadline can close what is left.
-final class ChildChannelRegistry: Sendable {
+public final class ChildChannelRegistry: Sendable {
     private let channels = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
 
-    func add(_ channel: any Channel) {
+    public init() {}
+
+    public func add(_ channel: any Channel) {
         let key = ObjectIdentifier(channel)
         channels.withLockedValue { $0[key] = channel }
         channel.closeFuture.whenComplete { _ in
@@ -13,9 +15,9 @@ final class ChildChannelRegistry: Sendable {
         }
     }
 
-    var count: Int { channels.withLockedValue { $0.count } }
+    public var count: Int { channels.withLockedValue { $0.count } }
 
-    func closeAll() {
+    public func closeAll() {
         let open = channels.withLockedValue { Array($0.values) }
         for channel in open { channel.close(promise: nil) }
     }

@@ -1,0 +1,147 @@
+import Foundation
+import ILSClient
+public import ILSController
+public import ILSCore
+public import ILSGateway
+import ILSProxy
+public import ILSTunnel
+import Logging
+import NIOPosix
+
+/// The whole system in one process on 127.0.0.1: a controller (real TLS, real SQLite file), gateways serving
+/// `TestBackend`s in overlay mode, and a device tunnel — each enrolled through the real enrollment path. Like
+/// tailscale's `testcontrol` and ziti's in-process tests, other tests build on it.
+public final class TestCluster: @unchecked Sendable {
+    public let directory: String
+    public let controllerPort: Int
+    public private(set) var controller: ControllerServer
+    public let state: ControllerState
+    public private(set) var gateways: [OverlayGateway] = []
+    public private(set) var backends: [TestBackend] = []
+    public private(set) var tunnel: Tunnel?
+    public private(set) var tunnelPort = 0
+    private var tasks: [Task<Void, any Error>] = []
+    static let logger = Logger(label: "cluster", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    public var backend: TestBackend { backends[0] }
+
+    private init(directory: String, port: Int, state: ControllerState, controller: ControllerServer) {
+        self.directory = directory
+        self.controllerPort = port
+        self.state = state
+        self.controller = controller
+    }
+
+    /// Starts a controller, `gateways` gateways (each with its own backend) and a tunnel for a device `ipad`.
+    public static func start(gateways: Int = 1) async throws -> TestCluster {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
+        let port = try freePort()
+        let state = try ControllerState.initialize(
+            directory: "\(directory)/controller",
+            address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
+            adminOut: "\(directory)/identities/admin.json"
+        )
+        let server = try ControllerServer(
+            state: state,
+            listen: HostPort(host: "127.0.0.1", port: port),
+            logger: logger
+        )
+        _ = try await server.start()
+        let cluster = TestCluster(directory: directory, port: port, state: state, controller: server)
+        for index in 0..<gateways { try await cluster.addGateway(name: "gw\(index + 1)") }
+        try await cluster.startTunnel(identity: try await cluster.enroll("ipad", role: .device))
+        return cluster
+    }
+
+    /// Creates and enrolls an identity through the admin API and the real enrollment client.
+    public func enroll(_ name: String, role: IdentityRole) async throws -> IdentityFile {
+        let admin = try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
+        let created: ControllerAPI.TokenResponse = try await admin.call(
+            .POST,
+            "/v1/admin/identities",
+            body: ControllerAPI.CreateIdentityRequest(name: name, role: role, attributes: [], tokenLifetimeSeconds: 600)
+        )
+        return try await Enrollment.enroll(
+            token: created.token,
+            outputPath: "\(directory)/identities/\(name).json",
+            force: false
+        ).file
+    }
+
+    /// Adds a gateway with a fresh backend, and waits until the controller lets it host.
+    public func addGateway(name: String) async throws {
+        let backend = try await TestBackend.start()
+        let identity = try await enroll(name, role: .gateway)
+        let gateway = try OverlayGateway(
+            identity: identity,
+            service: "claude-api",
+            proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port)),
+            logger: Self.logger
+        )
+        tasks.append(Task { try await gateway.run() })
+        backends.append(backend)
+        gateways.append(gateway)
+        guard await Self.eventually(.seconds(10), { gateway.isHosting }) else {
+            throw ILSError(.unavailable, "gateway never hosted")
+        }
+    }
+
+    /// Starts a tunnel for `identity` on a free loopback port; returns the port.
+    @discardableResult
+    public func startTunnel(identity: IdentityFile) async throws -> Int {
+        let tunnel = try Tunnel(
+            identity: identity,
+            service: "claude-api",
+            listen: HostPort(host: "127.0.0.1", port: 0),
+            allowRemote: false,
+            logger: Self.logger
+        )
+        let port = try await tunnel.start().port!
+        if self.tunnel == nil {
+            self.tunnel = tunnel
+            self.tunnelPort = port
+        }
+        return port
+    }
+
+    /// Stops the controller and starts a new one on the same port and state directory.
+    public func restartController() async throws {
+        await controller.shutdown()
+        let reloaded = try ControllerState.load(directory: "\(directory)/controller")
+        let server = try ControllerServer(
+            state: reloaded,
+            listen: HostPort(host: "127.0.0.1", port: controllerPort),
+            logger: Self.logger
+        )
+        _ = try await server.start()
+        controller = server
+    }
+
+    public func stop() async {
+        for gateway in gateways { gateway.stop() }
+        for task in tasks { _ = try? await task.value }
+        await tunnel?.shutdown()
+        await controller.shutdown()
+        for backend in backends { await backend.stop() }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Polls `condition` every 20 ms for up to `limit`.
+    public static func eventually(_ limit: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
+        while clock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition()
+    }
+
+    static func freePort() throws -> Int {
+        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).wait()
+        let port = channel.localAddress!.port!
+        try channel.close().wait()
+        return port
+    }
+}

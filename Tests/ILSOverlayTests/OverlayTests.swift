@@ -1,0 +1,158 @@
+import Crypto
+import Foundation
+import ILSCore
+import ILSTesting
+import NIOCore
+import Testing
+
+/// Runs `body` with a fresh in-process cluster and always stops it.
+func withCluster(gateways: Int = 1, _ body: (TestCluster) async throws -> Void) async throws {
+    let cluster = try await TestCluster.start(gateways: gateways)
+    do {
+        try await body(cluster)
+    } catch {
+        await cluster.stop()
+        throw error
+    }
+    await cluster.stop()
+}
+
+@Suite("The overlay: tunnel → controller relay → dark gateway → backend")
+struct OverlayTests {
+    @Test("SSE arrives event by event through the overlay, and the backend sees the device's identity")
+    func sseThroughOverlay() async throws {
+        try await withCluster { cluster in
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await connection.sendRequest("GET", "/sse?n=5&interval_ms=150")
+            #expect(try await connection.readHead().status == 200)
+            let first = try #require(try await connection.readBodyPart())
+            #expect(String(buffer: first).contains("\"index\": 0"))
+            #expect(cluster.backend.record.eventsSent < 5)
+            _ = try await connection.drainBody()
+            try await connection.sendRequest("GET", "/headers", headers: [("X-ILS-Identity", "mallory")])
+            #expect(try await connection.readHead().status == 200)
+            let lines = String(buffer: try await connection.readBody()).split(separator: "\n").map(String.init)
+            #expect(lines.contains("x-ils-identity: ipad"))
+            #expect(!lines.contains("x-ils-identity: mallory"))
+            await connection.close()
+        }
+    }
+
+    @Test("a WebSocket upgrade passes through the overlay")
+    func webSocketThroughOverlay() async throws {
+        try await withCluster { cluster in
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await connection.sendRequest(
+                "GET",
+                "/ws",
+                headers: [("Connection", "Upgrade"), ("Upgrade", "websocket")]
+            )
+            #expect(try await connection.readHead().status == 101)
+            try await connection.send("ping\n")
+            var received = ""
+            while !received.contains("ping\n") { received += String(buffer: try await connection.readRaw()) }
+            #expect(received.hasPrefix("hello\n"))
+            await connection.close()
+        }
+    }
+
+    @Test("100 concurrent circuits carry their payloads intact")
+    func concurrentCircuits() async throws {
+        try await withCluster { cluster in
+            let size = 200 * 1024
+            let expected = SHA256.hash(data: TestBackend.pattern(size: size))
+            let port = cluster.tunnelPort
+            let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for _ in 0..<100 {
+                    group.addTask {
+                        let connection = try await TestHTTPConnection(port: port)
+                        try await connection.sendRequest("GET", "/bytes?size=\(size)")
+                        guard try await connection.readHead().status == 200 else { return false }
+                        let body = try await connection.readBody()
+                        await connection.close()
+                        return SHA256.hash(data: Array(body.readableBytesView)) == expected
+                    }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(results.count == 100)
+            #expect(results.allSatisfy { $0 })
+        }
+    }
+
+    @Test("a gateway identity used in a tunnel is refused by policy, at once, and the backend hears nothing")
+    func gatewayIdentityCannotDial() async throws {
+        try await withCluster { cluster in
+            let rogue = try await cluster.enroll("rogue-gw", role: .gateway)
+            let port = try await cluster.startTunnel(identity: rogue)
+            let connection = try await TestHTTPConnection(port: port)
+            try await connection.sendRequest("GET", "/health")
+            #expect(await connection.isClosedByPeer())
+            #expect(cluster.backend.record.connectionsAccepted == 0)
+        }
+    }
+
+    @Test("a device that stops reading one stream does not slow another circuit, nor grow without bound")
+    func slowReaderIsolated() async throws {
+        try await withCluster { cluster in
+            let stalled = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await stalled.sendRequest("GET", "/bytes?size=\(256 * 1024 * 1024)")
+            #expect(try await stalled.readHead().status == 200)
+            _ = try await stalled.readBodyPart()
+            // The stalled circuit sits at its flow-control windows; another circuit runs to completion meanwhile.
+            let other = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await other.sendRequest("GET", "/sse?n=3&interval_ms=50")
+            #expect(try await other.readHead().status == 200)
+            #expect(String(buffer: try await other.readBody()).contains("\"index\": 2"))
+            try await Task.sleep(for: .seconds(1))
+            #expect(cluster.backend.record.bytesWritten < 48 * 1024 * 1024)
+            await stalled.close()
+            await other.close()
+        }
+    }
+
+    @Test("after a controller restart, new requests through the same tunnel succeed within seconds")
+    func controllerRestart() async throws {
+        try await withCluster { cluster in
+            try await cluster.restartController()
+            var succeeded = false
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(15)
+            while clock.now < deadline, !succeeded {
+                if let connection = try? await TestHTTPConnection(port: cluster.tunnelPort) {
+                    try? await connection.sendRequest("GET", "/health")
+                    if let head = try? await connection.readHead(), head.status == 200 { succeeded = true }
+                    await connection.close()
+                }
+                if !succeeded { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(succeeded)
+        }
+    }
+
+    @Test("two gateways share the dials; when one goes away, the other takes them all")
+    func twoGateways() async throws {
+        try await withCluster(gateways: 2) { cluster in
+            for _ in 0..<6 {
+                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+                try await connection.sendRequest("GET", "/health")
+                #expect(try await connection.readHead().status == 200)
+                _ = try await connection.readBody()
+                await connection.close()
+            }
+            #expect(cluster.backends[0].record.connectionsAccepted > 0)
+            #expect(cluster.backends[1].record.connectionsAccepted > 0)
+            cluster.gateways[0].stop()
+            #expect(await TestCluster.eventually { !cluster.gateways[0].isHosting })
+            let before = cluster.backends[0].record.connectionsAccepted
+            for _ in 0..<4 {
+                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+                try await connection.sendRequest("GET", "/health")
+                #expect(try await connection.readHead().status == 200)
+                _ = try await connection.readBody()
+                await connection.close()
+            }
+            #expect(cluster.backends[0].record.connectionsAccepted == before)
+        }
+    }
+}
