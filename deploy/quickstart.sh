@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole thing locally on its embedded defaults and shows a streamed answer arriving event by event:
-#   a controller (CA, SQLite identity store) with an enrolled device identity, the sample Claude Code backend
-#   (FastAPI) on 127.0.0.1, ils-gateway in HTTP mode in front of it with a fresh local CA and TLS certificate,
-#   and curl -N streaming Server-Sent Events through the gateway.
-# Everything binds to 127.0.0.1 and lives in .ils-quickstart/; everything is stopped at the end.
-# Use --keep-running to leave the gateway and backend up until Ctrl-C.
+# Runs the whole system locally on its embedded defaults, every part on 127.0.0.1, and shows a streamed answer
+# arriving event by event through it:
+#   controller (CA, SQLite identity store, relay) ← dark gateway (serve --mode ziti, no listening socket) → the
+#   sample Claude Code backend (FastAPI); an enrolled device identity; the device tunnel; curl -N through the tunnel.
+# Everything lives in .ils-quickstart/ and is stopped at the end; --keep-running leaves it up until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -14,30 +13,18 @@ KEEP_RUNNING=0
 ./deploy/install-deps.sh
 
 STATE="$ROOT/.ils-quickstart"
+rm -rf "$STATE"
 mkdir -p "$STATE"
 chmod 700 "$STATE"
 
-echo "== building ils-gateway (first build takes a few minutes)"
+echo "== building ils-gateway (the first build takes a few minutes)"
 swift build --product ils-gateway >"$STATE/build.log" 2>&1 || { tail -30 "$STATE/build.log"; exit 1; }
 BIN="$(swift build --show-bin-path)/ils-gateway"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+CONTROLLER_PORT=${QUICKSTART_CONTROLLER_PORT:-$(free_port)}
 BACKEND_PORT=${QUICKSTART_BACKEND_PORT:-$(free_port)}
-GATEWAY_PORT=${QUICKSTART_GATEWAY_PORT:-$(free_port)}
-
-if [ ! -f "$STATE/server.pem" ]; then
-    echo "== making a local CA and a TLS certificate for 127.0.0.1 in $STATE"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=ils-quickstart CA" \
-        -keyout "$STATE/ca.key" -out "$STATE/ca.pem" \
-        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign >/dev/null 2>&1
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-        -keyout "$STATE/server.key" -out "$STATE/server.csr" >/dev/null 2>&1
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' \
-        >"$STATE/server.ext"
-    openssl x509 -req -in "$STATE/server.csr" -CA "$STATE/ca.pem" -CAkey "$STATE/ca.key" -CAcreateserial \
-        -days 30 -extfile "$STATE/server.ext" -out "$STATE/server.pem" >/dev/null 2>&1
-    chmod 600 "$STATE"/*.key
-fi
+TUNNEL_PORT=${QUICKSTART_TUNNEL_PORT:-$(free_port)}
 
 PIDS=()
 cleanup() {
@@ -47,8 +34,8 @@ cleanup() {
 trap cleanup EXIT
 
 wait_for_port() {
-    for _ in $(seq 1 100); do
-        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
+    for _ in $(seq 1 150); do
+        if python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
         sleep 0.1
     done
     echo "nothing is listening on 127.0.0.1:$1; see $2" >&2
@@ -56,53 +43,72 @@ wait_for_port() {
     return 1
 }
 
-CONTROLLER_PORT=${QUICKSTART_CONTROLLER_PORT:-$(free_port)}
-rm -rf "$STATE/controller" "$STATE/identities"
-echo "== creating a controller (CA, identity store, admin identity) in $STATE/controller"
-(cd "$STATE" && "$BIN" controller init --state-dir controller --address "https://127.0.0.1:$CONTROLLER_PORT" \
-    --admin-out identities/admin.json | sed 's/^/   /')
-"$BIN" controller run --state-dir "$STATE/controller" --listen "127.0.0.1:$CONTROLLER_PORT" \
-    >"$STATE/controller.log" 2>&1 &
-PIDS+=($!)
-wait_for_port "$CONTROLLER_PORT" "$STATE/controller.log"
-echo "== enrolling a device: a one-time token from the admin, a key pair made on the device"
-(cd "$STATE" && "$BIN" admin identity create ipad --role device -o ipad.jwt 2>/dev/null \
-    && "$BIN" enroll ipad.jwt | sed 's/^/   /' && rm -f ipad.jwt)
-(cd "$STATE" && "$BIN" admin identity list | sed 's/^/   /')
+wait_for_log() {
+    for _ in $(seq 1 150); do
+        if grep -q "$1" "$2" 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "'$1' never appeared in $2" >&2
+    tail -20 "$2" >&2
+    return 1
+}
 
-echo "== starting the sample backend on http://127.0.0.1:$BACKEND_PORT"
-python3 deploy/backend/app.py --host 127.0.0.1 --port "$BACKEND_PORT" >"$STATE/backend.log" 2>&1 &
+cd "$STATE"
+echo "== controller: CA, identity store and admin identity in $STATE/controller"
+"$BIN" controller init --state-dir controller --address "https://127.0.0.1:$CONTROLLER_PORT" | sed 's/^/   /'
+"$BIN" controller run --state-dir controller --listen "127.0.0.1:$CONTROLLER_PORT" >controller.log 2>&1 &
 PIDS+=($!)
-wait_for_port "$BACKEND_PORT" "$STATE/backend.log"
+wait_for_port "$CONTROLLER_PORT" controller.log
 
-echo "== starting ils-gateway serve --mode http on https://127.0.0.1:$GATEWAY_PORT"
-"$BIN" serve --mode http --listen "127.0.0.1:$GATEWAY_PORT" \
-    --tls-cert "$STATE/server.pem" --tls-key "$STATE/server.key" \
-    --backend "http://127.0.0.1:$BACKEND_PORT" >"$STATE/gateway.log" 2>&1 &
+echo "== enrolling a gateway and a device (one-time tokens; each key pair made where it lives)"
+"$BIN" admin identity create gateway --role gateway -o gateway.jwt 2>/dev/null
+"$BIN" enroll gateway.jwt | sed 's/^/   /'
+"$BIN" admin identity create ipad --role device -o ipad.jwt 2>/dev/null
+"$BIN" enroll ipad.jwt | sed 's/^/   /'
+rm -f gateway.jwt ipad.jwt
+
+echo "== sample backend on http://127.0.0.1:$BACKEND_PORT"
+python3 "$ROOT/deploy/backend/app.py" --host 127.0.0.1 --port "$BACKEND_PORT" >backend.log 2>&1 &
 PIDS+=($!)
-wait_for_port "$GATEWAY_PORT" "$STATE/gateway.log"
+wait_for_port "$BACKEND_PORT" backend.log
 
-echo "== a streamed answer through the gateway (each line is printed as it arrives):"
-echo "   curl -N --cacert $STATE/ca.pem 'https://127.0.0.1:$GATEWAY_PORT/claude/stream?prompt=hello&n=6&interval_ms=300'"
-curl -sSN --max-time 30 --cacert "$STATE/ca.pem" \
-    "https://127.0.0.1:$GATEWAY_PORT/claude/stream?prompt=hello&n=6&interval_ms=300" |
+echo "== dark gateway: ils-gateway serve (overlay mode) — it dials out and listens on nothing"
+NETWORKING_MODE=ziti "$BIN" serve --identity identities/gateway.json --backend "http://127.0.0.1:$BACKEND_PORT" \
+    >gateway.log 2>&1 &
+GATEWAY_PID=$!
+PIDS+=($GATEWAY_PID)
+wait_for_log "hosting service" gateway.log
+if command -v ss >/dev/null && ss -ltnup 2>/dev/null | grep -q "pid=$GATEWAY_PID,"; then
+    echo "   unexpected: the gateway owns a listening socket" >&2
+    exit 1
+fi
+echo "   the gateway process (pid $GATEWAY_PID) owns no listening socket"
+
+echo "== device tunnel on http://127.0.0.1:$TUNNEL_PORT"
+"$BIN" tunnel --identity identities/ipad.json --listen "127.0.0.1:$TUNNEL_PORT" >tunnel.log 2>&1 &
+PIDS+=($!)
+wait_for_port "$TUNNEL_PORT" tunnel.log
+
+echo "== a streamed answer: curl → tunnel → controller relay → gateway → backend, encrypted end to end"
+echo "   curl -N 'http://127.0.0.1:$TUNNEL_PORT/claude/stream?prompt=hello&n=6&interval_ms=300'"
+curl -sSN --max-time 30 "http://127.0.0.1:$TUNNEL_PORT/claude/stream?prompt=hello&n=6&interval_ms=300" |
     while IFS= read -r line; do
         line=${line%$'\r'}
         [ -n "$line" ] && printf '   %s  %s\n' "$(date +%T.%3N)" "$line"
     done
 echo
-echo "== the gateway logged one access line per request:"
-grep ' access ' "$STATE/gateway.log" | tail -2 | sed 's/^/   /'
+echo "== the gateway's access line names the device it verified:"
+grep ' access ' gateway.log | tail -1 | sed 's/^/   /'
 cat <<NEXT
 
-What to try next (while it runs, with --keep-running):
-  curl --cacert $STATE/ca.pem https://127.0.0.1:$GATEWAY_PORT/health
-  curl -N --cacert $STATE/ca.pem -X POST -H 'content-type: application/json' \\
-       -d '{"prompt":"hi","n":5}' https://127.0.0.1:$GATEWAY_PORT/claude/stream
-  $BIN serve --help
-  (cd $STATE && $BIN admin identity list --json)
-  (cd $STATE && $BIN admin audit)
-Logs: $STATE/gateway.log, $STATE/backend.log, $STATE/controller.log
+What to try next (with --keep-running; run these in $STATE):
+  curl http://127.0.0.1:$TUNNEL_PORT/debug/headers               # the backend sees X-ILS-Identity: ipad
+  curl -N -X POST -H 'content-type: application/json' -d '{"prompt":"hi","n":5}' \\
+       http://127.0.0.1:$TUNNEL_PORT/claude/stream
+  $BIN admin identity list
+  $BIN admin audit
+  $BIN --help
+Logs: $STATE/{controller,gateway,tunnel,backend}.log
 NEXT
 
 if [ "$KEEP_RUNNING" = 1 ]; then
