@@ -15,6 +15,8 @@ let package = Package(
     products: [
         .executable(name: "ils-gateway", targets: ["ils-gateway"]),
         .library(name: "ILSProxy", targets: ["ILSProxy"]),
+        /// What an app links to enroll and to dial a service through the overlay without a tunnel.
+        .library(name: "ILSClient", targets: ["ILSClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -189,6 +191,11 @@ let package = Package(
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSGatewayTests",
+            dependencies: ["ILSCore", "ILSCrypto", "ILSFabric", "ILSGateway"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

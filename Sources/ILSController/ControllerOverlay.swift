@@ -122,7 +122,8 @@ final class HostControlHandler: ChannelInboundHandler {
         let message: HostControlMessage
         let policy = try? controller.state.store.service(named: service)
         if let policy, policy.bindRoles.contains(gateway.role) {
-            message = HostControlMessage(dialRoles: policy.dialRoles)
+            let revoked = (try? controller.state.store.identities())?.filter { $0.state == .revoked }.map(\.id) ?? []
+            message = HostControlMessage(dialRoles: policy.dialRoles, revoked: revoked)
             register(service)
         } else {
             let reason =

@@ -1,7 +1,7 @@
 import Foundation
-import ILSCore
-import ILSCrypto
-import ILSFabric
+public import ILSCore
+public import ILSCrypto
+public import ILSFabric
 import ILSProxy
 import Logging
 import NIOConcurrencyHelpers
@@ -9,18 +9,29 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 
-/// What the gateway currently knows from the controller: who may dial the service it hosts.
-final class GatewayPolicy: Sendable {
+/// What the gateway currently knows from the controller: who may dial the service it hosts, and who is revoked.
+public final class GatewayPolicy: Sendable {
     private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
+    private let revoked = NIOLockedValueBox<Set<String>>([])
 
-    func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
+    public init() {}
+
+    public func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
+
+    /// Replaces the revocation list (the controller sends the whole list on every connection).
+    public func updateRevoked(_ ids: [String]) { revoked.withLockedValue { $0 = Set(ids) } }
 
     var isKnown: Bool { dialRoles.withLockedValue { $0 != nil } }
 
     /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
     /// has sent the policy, nobody gets in.
-    func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {
+    public func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {
         guard service == hosted else { return .deny(reason: "this gateway hosts '\(hosted)', not '\(service)'") }
+        // Checked before anything else about the identity: a revoked device stays out even if a relay
+        // misbehaves and lets its circuit through.
+        guard !revoked.withLockedValue({ $0.contains(peer.id) }) else {
+            return .deny(reason: "identity '\(peer.name)' is revoked")
+        }
         guard let roles = dialRoles.withLockedValue({ $0 }) else {
             return .deny(reason: "the gateway has not received its policy yet; retry shortly")
         }
@@ -123,6 +134,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(buffer.readableBytesView))
         else { return }
         if let roles = message.dialRoles {
+            settings.policy.updateRevoked(message.revoked ?? [])
             settings.policy.update(roles)
             settings.logger.info("hosting service", metadata: ["service": "\(settings.service)"])
         } else if let error = message.error {

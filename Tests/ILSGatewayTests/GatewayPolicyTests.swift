@@ -1,0 +1,68 @@
+import Foundation
+import ILSCore
+import ILSCrypto
+import ILSFabric
+import ILSGateway
+import Testing
+
+@Suite("The gateway's own access decision")
+struct GatewayPolicyTests {
+    let authority = try! CertificateAuthority.create(name: "test CA")
+
+    func certificate(_ name: String, role: IdentityRole) throws -> IdentityCertificate {
+        let key = IdentityKeyPair.generate()
+        let record = IdentityRecord(
+            id: "id-\(name)",
+            name: name,
+            role: role,
+            attributes: [],
+            state: .active,
+            createdAt: 0
+        )
+        return try IdentityCertificate(
+            pem: try authority.issueIdentityCertificate(publicKey: key.publicKey, identity: record).pem
+        )
+    }
+
+    @Test("nobody gets in before the controller sent the policy")
+    func closedUntilPolicy() throws {
+        let policy = GatewayPolicy()
+        #expect(
+            policy.decide(try certificate("ipad", role: .device), service: "claude-api", hosted: "claude-api")
+                != .allow
+        )
+    }
+
+    @Test("a device with a dialing role gets in; other roles and other services do not")
+    func roles() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        #expect(
+            policy.decide(try certificate("ipad", role: .device), service: "claude-api", hosted: "claude-api")
+                == .allow
+        )
+        #expect(
+            policy.decide(try certificate("gw", role: .gateway), service: "claude-api", hosted: "claude-api")
+                != .allow
+        )
+        #expect(
+            policy.decide(try certificate("ipad", role: .device), service: "other", hosted: "claude-api")
+                != .allow
+        )
+    }
+
+    @Test("a revoked identity is refused even with a valid certificate and a dialing role")
+    func revokedRefused() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        let ipad = try certificate("ipad", role: .device)
+        policy.updateRevoked(["id-ipad"])
+        guard case .deny(let reason) = policy.decide(ipad, service: "claude-api", hosted: "claude-api") else {
+            Issue.record("a revoked identity was let in")
+            return
+        }
+        #expect(reason.contains("revoked"))
+        policy.updateRevoked([])
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
+    }
+}
