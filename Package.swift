@@ -202,6 +202,7 @@ let package = Package(
             name: "ILSOverlayTests",
             dependencies: [
                 "ILSCore",
+                "ILSClient",
                 "ILSTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -130,6 +130,16 @@ public struct Controller: Sendable {
         return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
     }
 
+    /// Ids of identities that must not get in anywhere: revoked or disabled.
+    public func blockedIdentityIDs() -> [String] {
+        ((try? state.store.identities()) ?? []).filter { $0.state == .revoked || $0.state == .disabled }.map(\.id)
+    }
+
+    /// Revokes, disables or enables an identity in one store transaction. Revoked is final.
+    public func changeState(name: String, to target: IdentityState, actor: String) throws(ILSError) -> IdentityRecord {
+        try state.store.changeState(named: name, to: target, actor: actor)
+    }
+
     public func identity(named name: String) throws(ILSError) -> IdentityRecord {
         guard let identity = try state.store.identity(named: name) else {
             throw ILSError(.notFound, "no identity named '\(name)'")

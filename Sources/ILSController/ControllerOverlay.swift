@@ -13,6 +13,7 @@ import NIOSSL
 struct ControllerOverlay: Sendable {
     let controller: Controller
     let relay: Relay
+    let live: LiveConnections
     let logger: Logger
 
     private func identity(of channel: any Channel, purpose: String) throws(ILSError) -> IdentityRecord {
@@ -36,6 +37,7 @@ struct ControllerOverlay: Sendable {
             return
         }
         let relay = self.relay
+        live.add(channel, identityID: device.id)
         _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
             mode: .server,
             connectionConfiguration: FabricSettings.connection,
@@ -71,10 +73,13 @@ struct ControllerOverlay: Sendable {
         }
         let controller = self.controller
         let relay = self.relay
+        let live = self.live
+        live.add(channel, identityID: gateway.id)
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(
                     HostControlHandler(gateway: gateway, controller: controller) { service in
+                        live.addControlStream(stream)
                         relay.register(
                             Relay.Host(
                                 key: ObjectIdentifier(channel),
@@ -122,8 +127,7 @@ final class HostControlHandler: ChannelInboundHandler {
         let message: HostControlMessage
         let policy = try? controller.state.store.service(named: service)
         if let policy, policy.bindRoles.contains(gateway.role) {
-            let revoked = (try? controller.state.store.identities())?.filter { $0.state == .revoked }.map(\.id) ?? []
-            message = HostControlMessage(dialRoles: policy.dialRoles, revoked: revoked)
+            message = HostControlMessage(dialRoles: policy.dialRoles, blocked: controller.blockedIdentityIDs())
             register(service)
         } else {
             let reason =
@@ -138,7 +142,8 @@ final class HostControlHandler: ChannelInboundHandler {
                 detail: reason
             )
         }
-        let body = (try? JSONEncoder().encode(message)) ?? Data()
+        var body = (try? JSONEncoder().encode(message)) ?? Data()
+        body.append(UInt8(ascii: "\n"))
         let refused = message.error != nil
         let parent = context.channel.parent
         context.writeAndFlush(

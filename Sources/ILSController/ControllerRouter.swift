@@ -1,5 +1,6 @@
 import Foundation
 import ILSCore
+import ILSFabric
 import Logging
 import NIOHTTP1
 
@@ -22,6 +23,8 @@ struct APIResponse {
 /// Routes controller API requests to `Controller` and turns every outcome into JSON.
 struct ControllerRouter: Sendable {
     let controller: Controller
+    let live: LiveConnections
+    let relay: Relay
     let logger: Logger
 
     func handle(_ request: APIRequest) -> APIResponse {
@@ -46,6 +49,8 @@ struct ControllerRouter: Sendable {
             let body = try Self.decode(ControllerAPI.EnrollRequest.self, request.body)
             do throws(ILSError) {
                 let response = try controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
+                // A re-enrollment (after reissue) replaces the certificate: connections made with the old one end.
+                live.close(identityID: response.identity.id)
                 logger.info("enrolled", metadata: ["identity": "\(response.identity.name)", "peer": "\(request.peer)"])
                 return try Self.json(response)
             } catch {
@@ -74,6 +79,18 @@ struct ControllerRouter: Sendable {
         case (.DELETE, "identities", 2, _):
             try controller.deleteIdentity(named: name, actor: actor)
             return try Self.json(["deleted": name])
+        case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
+            (.POST, "identities", 3, "enable"):
+            let target: IdentityState = path[2] == "revoke" ? .revoked : path[2] == "disable" ? .disabled : .active
+            let record = try controller.changeState(name: name, to: target, actor: actor)
+            // Before answering: end the identity's live connections (and so its circuits) here, and tell every
+            // gateway, which ends its circuits too and refuses new ones.
+            if target != .active { live.close(identityID: record.id) }
+            live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
+            logger.notice("identity \(target.rawValue)", metadata: ["identity": "\(name)", "actor": "\(actor)"])
+            return try Self.json(record)
+        case (.GET, "sessions", 1, _):
+            return try Self.json(relay.sessions())
         case (.POST, "identities", 3, "reissue"):
             let body = try Self.decode(ControllerAPI.ReissueRequest.self, request.body)
             return try Self.json(try controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor))

@@ -36,12 +36,10 @@ public final class ControllerServer: Service, Sendable {
         self.group = group
         self.logger = logger
         let controller = Controller(state: state)
-        self.router = ControllerRouter(controller: controller, logger: logger)
-        self.overlay = ControllerOverlay(
-            controller: controller,
-            relay: Relay(controller: controller, logger: logger),
-            logger: logger
-        )
+        let live = LiveConnections()
+        let relay = Relay(controller: controller, logger: logger)
+        self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
+        self.overlay = ControllerOverlay(controller: controller, relay: relay, live: live, logger: logger)
         do {
             let chain = try NIOSSLCertificate.fromPEMBytes(Array(state.serverCertificatePEM.utf8))
             let key = try NIOSSLPrivateKey(bytes: Array(state.serverKeyPEM.utf8), format: .pem)

@@ -57,6 +57,8 @@ public protocol IdentityStore: Sendable {
     /// Throws the `EnrollmentRefusal` error that applies (unknown, used, expired).
     func consumeToken(jti: String, identityID: String, now: Int64, certificate: EnrolledCertificate)
         throws(ILSError) -> IdentityRecord
+    /// Moves an identity to `revoked`, `disabled` or back to `active` (from `disabled` only), with an audit entry.
+    func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError) -> IdentityRecord
     func service(named name: String) throws(ILSError) -> ServiceRecord?
     func createService(_ service: ServiceRecord) throws(ILSError)
     func audit(actor: String, action: String, target: String, detail: String) throws(ILSError)

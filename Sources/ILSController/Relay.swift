@@ -20,6 +20,26 @@ final class Relay: Sendable {
     private struct State {
         var hosts: [String: [Host]] = [:]
         var nextIndex: [String: Int] = [:]
+        var sessions: [ObjectIdentifier: SessionEntry] = [:]
+    }
+
+    /// A live circuit and its byte counters (updated by the two `RelayHandler`s).
+    final class SessionEntry: Sendable {
+        let info: ControllerAPI.Session
+        let counters = NIOLockedValueBox((up: 0, down: 0))
+
+        init(info: ControllerAPI.Session) { self.info = info }
+
+        var snapshot: ControllerAPI.Session {
+            var info = self.info
+            (info.bytesFromDevice, info.bytesToDevice) = counters.withLockedValue { ($0.up, $0.down) }
+            return info
+        }
+    }
+
+    /// The live circuits, for `admin sessions`.
+    func sessions() -> [ControllerAPI.Session] {
+        state.withLockedValue { Array($0.sessions.values) }.map(\.snapshot).sorted { $0.startedAt < $1.startedAt }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -121,13 +141,38 @@ final class Relay: Sendable {
             }
         }
         let logger = self.logger
+        let sessionState = self.state
         return gatewayStream.and(opened.futureResult).flatMap { gatewayStream, _ -> EventLoopFuture<CircuitDecision> in
             timeout.cancel()
+            let session = SessionEntry(
+                info: ControllerAPI.Session(
+                    id: UUID().uuidString.lowercased(),
+                    device: device.name,
+                    deviceID: device.id,
+                    service: service,
+                    gateway: host.identity.name,
+                    startedAt: Int64(Date().timeIntervalSince1970),
+                    bytesFromDevice: 0,
+                    bytesToDevice: 0
+                )
+            )
+            let key = ObjectIdentifier(deviceStream)
+            sessionState.withLockedValue { $0.sessions[key] = session }
+            deviceStream.closeFuture.whenComplete { _ in
+                _ = sessionState.withLockedValue { $0.sessions.removeValue(forKey: key) }
+            }
             return gatewayStream.eventLoop.makeCompletedFuture {
-                try gatewayStream.pipeline.syncOperations.addHandler(RelayHandler(partner: deviceStream))
+                try gatewayStream.pipeline.syncOperations.addHandler(
+                    RelayHandler(partner: deviceStream) { bytes in session.counters.withLockedValue { $0.down += bytes }
+                    }
+                )
             }.map {
                 .accept(install: { pipeline in
-                    try pipeline.addHandler(RelayHandler(partner: gatewayStream))
+                    try pipeline.addHandler(
+                        RelayHandler(partner: gatewayStream) { bytes in
+                            session.counters.withLockedValue { $0.up += bytes }
+                        }
+                    )
                 })
             }
         }.flatMapError { error in

@@ -206,6 +206,47 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
+    public func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError)
+        -> IdentityRecord
+    {
+        try database.transaction { () throws(ILSError) -> IdentityRecord in
+            guard
+                let current = try database.query(
+                    "SELECT \(Self.identityColumns) FROM identities WHERE name = ?",
+                    [.text(name)]
+                ).first.flatMap(Self.identity(from:))
+            else { throw ILSError(.notFound, "no identity named '\(name)'") }
+            let allowed: Bool
+            switch (current.state, target) {
+            case (.revoked, _): allowed = false
+            case (_, .revoked): allowed = true
+            case (.active, .disabled), (.pending, .disabled): allowed = true
+            case (.disabled, .active): allowed = true
+            default: allowed = false
+            }
+            guard allowed else {
+                throw ILSError(
+                    .conflict,
+                    "identity '\(name)' is \(current.state.rawValue) and cannot become \(target.rawValue)"
+                )
+            }
+            try database.execute(
+                "UPDATE identities SET state = ? WHERE id = ?",
+                [.text(target.rawValue), .text(current.id)]
+            )
+            if target == .revoked {
+                // A revoked identity can never enroll again: its outstanding tokens go too.
+                try database.execute("DELETE FROM enrollment_tokens WHERE identity_id = ?", [.text(current.id)])
+            }
+            let action =
+                target == .revoked ? "identity.revoke" : target == .disabled ? "identity.disable" : "identity.enable"
+            try insertAudit(actor: actor, action: action, target: name, detail: "")
+            var updated = current
+            updated.state = target
+            return updated
+        }
+    }
+
     public func service(named name: String) throws(ILSError) -> ServiceRecord? {
         try database.withConnection { () throws(ILSError) -> ServiceRecord? in
             guard

@@ -90,6 +90,39 @@ public enum ControllerAPI {
         }
     }
 
+    /// `GET /v1/admin/sessions`: one live circuit.
+    public struct Session: Codable, Sendable, Hashable {
+        public var id: String
+        public var device: String
+        public var deviceID: String
+        public var service: String
+        public var gateway: String
+        public var startedAt: Int64
+        /// Ciphertext bytes relayed from the device to the gateway, and back.
+        public var bytesFromDevice: Int
+        public var bytesToDevice: Int
+
+        public init(
+            id: String,
+            device: String,
+            deviceID: String,
+            service: String,
+            gateway: String,
+            startedAt: Int64,
+            bytesFromDevice: Int,
+            bytesToDevice: Int
+        ) {
+            self.id = id
+            self.device = device
+            self.deviceID = deviceID
+            self.service = service
+            self.gateway = gateway
+            self.startedAt = startedAt
+            self.bytesFromDevice = bytesFromDevice
+            self.bytesToDevice = bytesToDevice
+        }
+    }
+
     /// Every refusal: HTTP status plus this body. `code` is API (see `EnrollmentRefusal` and docs/protocol.md).
     public struct ErrorBody: Codable, Sendable, Error {
         public var error: String

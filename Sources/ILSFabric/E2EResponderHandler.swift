@@ -14,9 +14,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     /// Decides whether this verified-certificate holder may use this service (policy, revocation).
     public typealias Authorize = @Sendable (IdentityCertificate, String) -> AccessDecision
     /// Installs the handlers that consume the plaintext, after this one. Runs on the channel's event loop.
-    public typealias OnEstablished =
-        @Sendable (ChannelPipeline.SynchronousOperations, E2EEstablishedEvent) throws
-        -> Void
+    public typealias OnEstablished = @Sendable (any Channel, E2EEstablishedEvent) throws -> Void
 
     private enum State {
         case awaitingHello(E2EResponder)
@@ -61,7 +59,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                     peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
                     service: session.service
                 )
-                try onEstablished(context.pipeline.syncOperations, event)
+                try onEstablished(context.channel, event)
                 context.fireUserInboundEventTriggered(event)
             case .established(let layer):
                 let (plaintext, final) = try layer.open(frame)

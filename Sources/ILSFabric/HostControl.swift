@@ -4,14 +4,15 @@ public import ILSCore
 public struct HostControlMessage: Codable, Sendable {
     /// Roles allowed to dial the service; the gateway enforces this itself on every circuit.
     public var dialRoles: [IdentityRole]?
-    /// Ids of identities that must never be let in, whatever their certificate says.
-    public var revoked: [String]?
+    /// Ids of identities that must not be let in (revoked or disabled), whatever their certificate says: the full
+    /// list, sent on every (re)connection and again whenever it changes.
+    public var blocked: [String]?
     /// Set instead when the gateway may not host the service.
     public var error: String?
 
-    public init(dialRoles: [IdentityRole]? = nil, revoked: [String]? = nil, error: String? = nil) {
+    public init(dialRoles: [IdentityRole]? = nil, blocked: [String]? = nil, error: String? = nil) {
         self.dialRoles = dialRoles
-        self.revoked = revoked
+        self.blocked = blocked
         self.error = error
     }
 }

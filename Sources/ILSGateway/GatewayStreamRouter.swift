@@ -13,13 +13,39 @@ import NIOHTTP2
 public final class GatewayPolicy: Sendable {
     private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
     private let revoked = NIOLockedValueBox<Set<String>>([])
+    /// Live circuits by the verified identity id at their far end.
+    private let circuits = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
 
     public init() {}
 
     public func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
 
-    /// Replaces the revocation list (the controller sends the whole list on every connection).
-    public func updateRevoked(_ ids: [String]) { revoked.withLockedValue { $0 = Set(ids) } }
+    /// Replaces the list of blocked (revoked or disabled) identities, and closes their live circuits at once.
+    public func updateRevoked(_ ids: [String]) {
+        let blocked = Set(ids)
+        revoked.withLockedValue { $0 = blocked }
+        let doomed = circuits.withLockedValue { circuits in
+            blocked.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
+        }
+        for channel in doomed { channel.close(promise: nil) }
+    }
+
+    /// Remembers an established circuit so a revocation can end it.
+    func track(_ channel: any Channel, identityID: String) {
+        let key = ObjectIdentifier(channel)
+        circuits.withLockedValue { $0[identityID, default: [:]][key] = channel }
+        channel.closeFuture.whenComplete { _ in
+            self.circuits.withLockedValue { circuits in
+                circuits[identityID]?[key] = nil
+                if circuits[identityID]?.isEmpty == true { circuits[identityID] = nil }
+            }
+        }
+        // Revoked between the handshake and now: close at once.
+        if revoked.withLockedValue({ $0.contains(identityID) }) { channel.close(promise: nil) }
+    }
+
+    /// How many circuits are live (for tests and metrics).
+    public var liveCircuits: Int { circuits.withLockedValue { $0.values.reduce(0) { $0 + $1.count } } }
 
     var isKnown: Bool { dialRoles.withLockedValue { $0 != nil } }
 
@@ -61,6 +87,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
 
     private let settings: Context
     private var isControl = false
+    private var controlBuffer = ByteBuffer()
 
     init(_ settings: Context) {
         self.settings = settings
@@ -108,9 +135,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 }
                                 return decision
                             },
-                            onEstablished: { pipeline, event in
+                            onEstablished: { channel, event in
+                                settings.policy.track(channel, identityID: event.peer.id)
                                 try settings.core.configureClientPipeline(
-                                    pipeline,
+                                    channel.pipeline.syncOperations,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
                                 )
                             }
@@ -130,11 +158,28 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     private func readControl(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
-        guard case .data(let frame) = payload, case .byteBuffer(let buffer) = frame.data else { return }
-        guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(buffer.readableBytesView))
-        else { return }
+        guard case .data(let frame) = payload, case .byteBuffer(var buffer) = frame.data else { return }
+        // Messages are JSON lines; a long one may span several DATA frames.
+        controlBuffer.writeBuffer(&buffer)
+        guard controlBuffer.readableBytes <= 4 * 1024 * 1024 else {
+            context.channel.parent?.close(promise: nil)
+            return
+        }
+        while let newline = controlBuffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
+            let line = controlBuffer.readSlice(length: newline - controlBuffer.readerIndex)!
+            controlBuffer.moveReaderIndex(forwardBy: 1)
+            guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(line.readableBytesView))
+            else { continue }
+            apply(message)
+        }
+        controlBuffer.discardReadBytes()
+    }
+
+    private func apply(_ message: HostControlMessage) {
+        if let blocked = message.blocked {
+            settings.policy.updateRevoked(blocked)
+        }
         if let roles = message.dialRoles {
-            settings.policy.updateRevoked(message.revoked ?? [])
             settings.policy.update(roles)
             settings.logger.info("hosting service", metadata: ["service": "\(settings.service)"])
         } else if let error = message.error {

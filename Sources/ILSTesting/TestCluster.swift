@@ -1,5 +1,5 @@
 import Foundation
-import ILSClient
+public import ILSClient
 public import ILSController
 public import ILSCore
 public import ILSGateway
@@ -53,9 +53,14 @@ public final class TestCluster: @unchecked Sendable {
         return cluster
     }
 
+    /// The admin API, as the admin identity `init` wrote.
+    public func admin() throws -> ControllerClient {
+        try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
+    }
+
     /// Creates and enrolls an identity through the admin API and the real enrollment client.
     public func enroll(_ name: String, role: IdentityRole) async throws -> IdentityFile {
-        let admin = try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
+        let admin = try admin()
         let created: ControllerAPI.TokenResponse = try await admin.call(
             .POST,
             "/v1/admin/identities",

@@ -5,7 +5,8 @@ import NIOSSL
 /// A deliberately raw HTTP/1.1 client for tests: it sends exactly the bytes it is given (so tests can send malformed
 /// and smuggling requests) and parses responses itself, exposing each body piece as it arrives (so tests can see
 /// streaming, and can stop reading to exercise backpressure).
-public final class TestHTTPConnection {
+/// Use it from one task at a time: it is `@unchecked Sendable` only so tests can hand it to a helper task.
+public final class TestHTTPConnection: @unchecked Sendable {
     public struct ResponseHead: Sendable {
         public var status: Int
         public var headers: [(name: String, value: String)]

@@ -15,7 +15,7 @@ struct AdminCommand: AsyncParsableCommand {
               ils-gateway admin identity create ipad --role device -o ipad.jwt
               ils-gateway admin --identity ops.json identity list --json
             """,
-        subcommands: [IdentityCommand.self, AuditCommand.self]
+        subcommands: [IdentityCommand.self, SessionsCommand.self, AuditCommand.self]
     )
 
     @Option(help: "The admin identity file.")
@@ -63,6 +63,43 @@ struct AuditCommand: AsyncParsableCommand {
         }
         for entry in entries {
             print("\(formatTime(entry.at))  \(entry.actor)  \(entry.action)  \(entry.target)  \(entry.detail)")
+        }
+    }
+}
+
+struct SessionsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sessions",
+        abstract: "List live circuits: device, service, gateway, start time, bytes each way."
+    )
+
+    @ParentCommand var admin: AdminCommand
+    @OptionGroup var identityOption: AdminIdentityOption
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() async throws {
+        let client = try identityOption.client(parent: admin)
+        let sessions: [ControllerAPI.Session] = try await client.call(.GET, "/v1/admin/sessions")
+        if json {
+            try printJSON(sessions)
+            return
+        }
+        print("DEVICE          SERVICE         GATEWAY         STARTED               FROM-DEVICE  TO-DEVICE")
+        for session in sessions {
+            print(
+                [session.device, session.service, session.gateway].map {
+                    $0.padding(
+                        toLength: 16,
+                        withPad: " ",
+                        startingAt: 0
+                    )
+                }.joined()
+                    + formatTime(session.startedAt).padding(toLength: 22, withPad: " ", startingAt: 0)
+                    + String(session.bytesFromDevice).padding(toLength: 13, withPad: " ", startingAt: 0)
+                    + String(session.bytesToDevice)
+            )
         }
     }
 }

@@ -11,7 +11,9 @@ struct IdentityCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "identity",
         abstract: "Create, list, show, delete and reissue identities.",
-        subcommands: [Create.self, List.self, Show.self, Delete.self, Reissue.self]
+        subcommands: [
+            Create.self, List.self, Show.self, Revoke.self, Disable.self, Enable.self, Delete.self, Reissue.self,
+        ]
     )
 
     @ParentCommand var admin: AdminCommand
@@ -118,6 +120,59 @@ struct IdentityCommand: AsyncParsableCommand {
         }
     }
 
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke an identity for good: its live circuits end now, everywhere, and it never gets back in.",
+            discussion: """
+                Before the command returns, the controller closes the identity's connections and circuits and tells
+                every gateway, which closes its circuits too and refuses new ones. A revoked device needs a new
+                identity. Example:
+                  ils-gateway admin identity revoke ipad
+                """
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        func run() async throws {
+            try await changeState(name, "revoke", identityOption.client(parent: identityCommand.admin))
+        }
+    }
+
+    struct Disable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Block an identity for now (e.g. a device left somewhere); its live circuits end. Undo with enable."
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        func run() async throws {
+            try await changeState(name, "disable", identityOption.client(parent: identityCommand.admin))
+        }
+    }
+
+    struct Enable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let a disabled identity back in.")
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        func run() async throws {
+            try await changeState(name, "enable", identityOption.client(parent: identityCommand.admin))
+        }
+    }
+
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Delete an identity; its certificate stops being accepted."
@@ -166,6 +221,13 @@ struct IdentityCommand: AsyncParsableCommand {
             try emitToken(response, output: tokenOptions.output)
         }
     }
+}
+
+/// Revoke, disable or enable: one call, one line of output.
+private func changeState(_ name: String, _ verb: String, _ client: ControllerClient) async throws {
+    try IdentityName.validate(name)
+    let identity: IdentityRecord = try await client.call(.POST, "/v1/admin/identities/\(name)/\(verb)")
+    print("\(identity.name) is now \(identity.state.rawValue)")
 }
 
 /// `--expires` and `-o`, shared by the commands that issue a token.

@@ -44,9 +44,9 @@ struct CircuitFixture {
                                 }
                                 return .allow
                             },
-                            onEstablished: { pipeline, event in
+                            onEstablished: { channel, event in
                                 try core.configureClientPipeline(
-                                    pipeline,
+                                    channel.pipeline.syncOperations,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
                                 )
                             }

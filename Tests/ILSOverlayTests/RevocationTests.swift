@@ -1,0 +1,127 @@
+import Foundation
+import ILSClient
+import ILSCore
+import ILSTesting
+import NIOCore
+import Testing
+
+/// Reads body parts until the stream ends or breaks; returns whether it ended within `limit`.
+func streamEnds(_ connection: TestHTTPConnection, within limit: Duration) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            do {
+                while try await connection.readBodyPart() != nil {}
+            } catch {}
+            return true
+        }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
+    }
+}
+
+@Suite("Revocation and day-2 administration")
+struct RevocationTests {
+    /// Opens a long SSE stream through `port` and reads its first event.
+    func openStream(_ port: Int) async throws -> TestHTTPConnection {
+        let connection = try await TestHTTPConnection(port: port)
+        try await connection.sendRequest("GET", "/sse?n=100000&interval_ms=50")
+        #expect(try await connection.readHead().status == 200)
+        _ = try await connection.readBodyPart()
+        return connection
+    }
+
+    @Test("revoking a device ends its live stream at once, refuses it after, and leaves another device alone")
+    func revokeDevice() async throws {
+        try await withCluster { cluster in
+            let laptopPort = try await cluster.startTunnel(identity: try await cluster.enroll("laptop", role: .device))
+            let ipad = try await openStream(cluster.tunnelPort)
+            let laptop = try await openStream(laptopPort)
+
+            let sessions: [ControllerAPI.Session] = try await cluster.admin().call(.GET, "/v1/admin/sessions")
+            #expect(Set(sessions.map(\.device)) == ["ipad", "laptop"])
+            #expect(sessions.allSatisfy { $0.bytesToDevice > 0 && $0.bytesFromDevice > 0 })
+
+            let clock = ContinuousClock()
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/revoke")
+            let returned = clock.now
+            #expect(await streamEnds(ipad, within: .seconds(5)))
+            print("revocation: ipad's stream ended \(clock.now - returned) after the command returned")
+
+            // The laptop's stream carries on, and its new requests work.
+            for _ in 0..<3 { #expect(try await laptop.readBodyPart() != nil) }
+            let again = try await TestHTTPConnection(port: laptopPort)
+            try await again.sendRequest("GET", "/health")
+            #expect(try await again.readHead().status == 200)
+            // The ipad's new requests are refused: its connection is closed without an answer.
+            let refused = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try? await refused.sendRequest("GET", "/health")
+            #expect(await refused.isClosedByPeer())
+
+            let audit = try cluster.state.store.auditEntries(since: 0)
+            #expect(audit.contains { $0.action == "identity.revoke" && $0.target == "ipad" && $0.actor == "admin" })
+            await laptop.close()
+            await again.close()
+        }
+    }
+
+    @Test("disable ends the live stream; enable lets the device back in")
+    func disableEnable() async throws {
+        try await withCluster { cluster in
+            let stream = try await openStream(cluster.tunnelPort)
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/disable")
+            #expect(await streamEnds(stream, within: .seconds(5)))
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/enable")
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
+            await connection.close()
+        }
+    }
+
+    @Test("a revoked identity stays revoked: it cannot be enabled or reissued")
+    func revokedIsFinal() async throws {
+        try await withCluster { cluster in
+            let admin = try cluster.admin()
+            let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/ipad/revoke")
+            for path in [
+                "/v1/admin/identities/ipad/enable", "/v1/admin/identities/ipad/disable",
+                "/v1/admin/identities/ipad/revoke",
+            ] {
+                do {
+                    let _: IdentityRecord = try await admin.call(.POST, path)
+                    Issue.record("\(path) succeeded on a revoked identity")
+                } catch {
+                    #expect((error as? ILSError)?.code == .conflict)
+                }
+            }
+            do {
+                let _: ControllerAPI.TokenResponse = try await admin.call(
+                    .POST,
+                    "/v1/admin/identities/ipad/reissue",
+                    body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 60)
+                )
+                Issue.record("a revoked identity was reissued")
+            } catch {
+                #expect((error as? ILSError)?.code == .conflict)
+            }
+        }
+    }
+
+    @Test("revoking a gateway closes its hosting connection and keeps it out")
+    func revokeGateway() async throws {
+        try await withCluster { cluster in
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/gw1/revoke")
+            #expect(await TestCluster.eventually(.seconds(5)) { !cluster.gateways[0].isHosting })
+            try await Task.sleep(for: .seconds(1))
+            #expect(!cluster.gateways[0].isHosting)
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try? await connection.sendRequest("GET", "/health")
+            #expect(await connection.isClosedByPeer())
+        }
+    }
+}
