@@ -49,6 +49,10 @@ public final class GatewayPolicy: Sendable {
 
     var isKnown: Bool { dialRoles.withLockedValue { $0 != nil } }
 
+    /// Forgets the dial policy when the controller connection is lost: it is sent again on the next one. The block
+    /// list is kept meanwhile, so a revoked device stays out.
+    func connectionLost() { dialRoles.withLockedValue { $0 = nil } }
+
     /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
     /// has sent the policy, nobody gets in.
     public func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {

@@ -90,6 +90,7 @@ public final class OverlayGateway: Service, Sendable {
                 isConnected.withLockedValue { $0 = true }
                 try? await channel.closeFuture.get()
                 isConnected.withLockedValue { $0 = false }
+                policy.connectionLost()
                 if current.withLockedValue({ $0.stopped }) { break }
                 logger.warning("lost the controller connection; reconnecting")
             } catch {
