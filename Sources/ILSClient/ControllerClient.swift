@@ -1,5 +1,6 @@
 import Foundation
 public import ILSCore
+import ILSCrypto
 public import NIOCore
 public import NIOHTTP1
 import NIOPosix
@@ -46,6 +47,7 @@ public struct ControllerClient: Sendable {
 
     /// An admin (or any identity) client from an identity file.
     public init(identityFile: IdentityFile) throws(ILSError) {
+        try IdentityValidity.check(identityFile)
         self.init(
             address: try ControllerAddress(parsing: identityFile.controller),
             trust: .certificateAuthority(identityFile.caCertificate),

@@ -89,6 +89,7 @@ public struct Controller: Sendable {
         guard identity.state == .active else {
             throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
         }
+        try? state.store.touch(id: identity.id, at: Int64(Date().timeIntervalSince1970))
         guard identity.role == role else {
             throw ILSError(
                 .permissionDenied,

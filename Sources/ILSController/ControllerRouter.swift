@@ -1,5 +1,6 @@
 import Foundation
 import ILSCore
+import ILSCrypto
 import ILSFabric
 import Logging
 import NIOHTTP1
@@ -58,6 +59,15 @@ struct ControllerRouter: Sendable {
                 logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
                 throw error
             }
+        case (.GET, "v1/whoami"):
+            // Any enrolled, active identity may ask how the controller sees it (ils-gateway status).
+            guard let certificate = request.clientCertificate else {
+                throw ILSError(.permissionDenied, "no client certificate was presented")
+            }
+            let presented = try IdentityCertificate(der: certificate)
+            return try Self.json(
+                try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: "status")
+            )
         case (_, _) where segments.starts(with: ["v1", "admin"]):
             let admin = try controller.authenticateAdmin(certificateDER: request.clientCertificate)
             return try routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)

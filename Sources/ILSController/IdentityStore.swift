@@ -59,6 +59,8 @@ public protocol IdentityStore: Sendable {
         throws(ILSError) -> IdentityRecord
     /// Moves an identity to `revoked`, `disabled` or back to `active` (from `disabled` only), with an audit entry.
     func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError) -> IdentityRecord
+    /// Records that the identity connected just now.
+    func touch(id: String, at time: Int64) throws(ILSError)
     func service(named name: String) throws(ILSError) -> ServiceRecord?
     func createService(_ service: ServiceRecord) throws(ILSError)
     func audit(actor: String, action: String, target: String, detail: String) throws(ILSError)

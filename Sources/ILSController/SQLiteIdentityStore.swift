@@ -247,6 +247,12 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
+    public func touch(id: String, at time: Int64) throws(ILSError) {
+        _ = try database.withConnection { () throws(ILSError) in
+            try database.execute("UPDATE identities SET last_seen_at = ? WHERE id = ?", [.integer(time), .text(id)])
+        }
+    }
+
     public func service(named name: String) throws(ILSError) -> ServiceRecord? {
         try database.withConnection { () throws(ILSError) -> ServiceRecord? in
             guard

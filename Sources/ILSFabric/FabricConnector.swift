@@ -1,4 +1,6 @@
+import Foundation
 public import ILSCore
+import ILSCrypto
 public import NIOCore
 import NIOPosix
 import NIOSSL
@@ -12,6 +14,7 @@ public struct FabricConnector: Sendable {
     private let sslContext: NIOSSLContext
 
     public init(identity: IdentityFile, alpn: String) throws(ILSError) {
+        try IdentityValidity.check(identity)
         address = try ControllerAddress(parsing: identity.controller)
         do {
             var configuration = TLSConfiguration.makeClientConfiguration()

@@ -79,11 +79,15 @@ struct IdentityCommand: AsyncParsableCommand {
                 try printJSON(identities)
                 return
             }
-            print(pad("NAME", 20) + pad("ROLE", 9) + pad("STATE", 10) + pad("CERT EXPIRES", 22) + "ID")
+            print(
+                pad("NAME", 20) + pad("ROLE", 9) + pad("STATE", 10) + pad("CERT EXPIRES", 22) + pad("LAST SEEN", 22)
+                    + "ID"
+            )
             for identity in identities {
                 print(
                     pad(identity.name, 20) + pad(identity.role.rawValue, 9) + pad(identity.state.rawValue, 10)
-                        + pad(formatTime(identity.certificateNotAfter), 22) + identity.id
+                        + pad(formatTime(identity.certificateNotAfter), 22) + pad(formatTime(identity.lastSeenAt), 22)
+                        + identity.id
                 )
             }
         }

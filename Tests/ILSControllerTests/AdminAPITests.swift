@@ -132,4 +132,31 @@ struct AdminAPITests {
             #expect(!entries.contains { $0.detail.contains(token) })
         }
     }
+
+    @Test("whoami accepts an active identity and refuses it once disabled; an expired certificate is refused locally")
+    func whoamiAndExpiry() async throws {
+        try await ControllerFixture.with { fixture in
+            let token = try await fixture.token(for: "ipad")
+            let file = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
+                .file
+            let device = try ControllerClient(identityFile: file)
+            let me: IdentityRecord = try await device.call(.GET, "/v1/whoami")
+            #expect(me.name == "ipad")
+            #expect(me.lastSeenAt != nil)
+            let _: IdentityRecord = try await fixture.admin.call(.POST, "/v1/admin/identities/ipad/disable")
+            do {
+                let _: IdentityRecord = try await device.call(.GET, "/v1/whoami")
+                Issue.record("a disabled identity was accepted")
+            } catch {
+                #expect((error as? ILSError)?.code == .permissionDenied)
+            }
+            let later = Date().addingTimeInterval(CertificateAuthority.identityCertificateLifetime + 86400)
+            #expect(throws: ILSError.self) { try IdentityValidity.check(file, now: later) }
+            do {
+                try IdentityValidity.check(file, now: later)
+            } catch {
+                #expect((error as? ILSError)?.reason.contains("reissue") == true)
+            }
+        }
+    }
 }
