@@ -62,6 +62,50 @@ public struct Controller: Sendable {
         )
     }
 
+    /// `POST /v1/renew`: a new certificate for a new key, for an active identity presenting its current
+    /// certificate. Nothing changes unless the proof verifies and the presented certificate is still current.
+    public func renew(_ request: ControllerAPI.RenewRequest, certificateDER: [UInt8]?, now: Int64) throws(ILSError)
+        -> ControllerAPI.EnrollResponse
+    {
+        guard let certificateDER else { throw ILSError(.permissionDenied, "renewal needs the current certificate") }
+        let presented = try IdentityCertificate(der: certificateDER)
+        let identity = try authenticate(certificateDER: certificateDER, role: presented.role, purpose: "renewal")
+        guard let publicKey = Base64URL.decode(request.publicKey), publicKey.count == 32,
+            let proof = Base64URL.decode(request.proof),
+            Sodium.verify(
+                proof,
+                of: Array((ControllerAPI.RenewRequest.proofContext + presented.fingerprint).utf8),
+                publicKey: publicKey
+            )
+        else { throw EnrollmentRefusal.badProof.error }
+        let issued: IssuedCertificate
+        do {
+            issued = try state.authority.issueIdentityCertificate(
+                publicKey: publicKey,
+                identity: identity,
+                now: Date(timeIntervalSince1970: TimeInterval(now))
+            )
+        } catch {
+            throw ILSError(.internalError, "could not issue the certificate", detail: "\(error)")
+        }
+        let record = try state.store.renewCertificate(
+            id: identity.id,
+            previousFingerprint: presented.fingerprint,
+            certificate: EnrolledCertificate(
+                fingerprint: issued.fingerprint,
+                notAfter: issued.notAfter,
+                publicKey: Base64URL.encode(publicKey)
+            ),
+            now: now
+        )
+        return ControllerAPI.EnrollResponse(
+            identity: record,
+            certificate: issued.pem,
+            caCertificate: state.authority.certificatePEM,
+            controller: state.address.description
+        )
+    }
+
     /// Records a refused enrollment in the audit log (the reason code only; never the token).
     public func auditRefusedEnrollment(_ error: ILSError, peer: String) {
         try? state.store.audit(actor: peer, action: "enroll.refused", target: "-", detail: error.code.name)

@@ -59,6 +59,15 @@ struct ControllerRouter: Sendable {
                 logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
                 throw error
             }
+        case (.POST, "v1/renew"):
+            let body = try Self.decode(ControllerAPI.RenewRequest.self, request.body)
+            let response = try controller.renew(
+                body,
+                certificateDER: request.clientCertificate,
+                now: Int64(Date().timeIntervalSince1970)
+            )
+            logger.info("renewed", metadata: ["identity": "\(response.identity.name)"])
+            return try Self.json(response)
         case (.GET, "v1/whoami"):
             // Any enrolled, active identity may ask how the controller sees it (ils-gateway status).
             guard let certificate = request.clientCertificate else {

@@ -59,6 +59,10 @@ public protocol IdentityStore: Sendable {
         throws(ILSError) -> IdentityRecord
     /// Moves an identity to `revoked`, `disabled` or back to `active` (from `disabled` only), with an audit entry.
     func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError) -> IdentityRecord
+    /// Replaces the identity's certificate if `previousFingerprint` is still the current one (so two renewals
+    /// racing cannot both win). Returns the updated record.
+    func renewCertificate(id: String, previousFingerprint: String, certificate: EnrolledCertificate, now: Int64)
+        throws(ILSError) -> IdentityRecord
     /// Records that the identity connected just now.
     func touch(id: String, at time: Int64) throws(ILSError)
     func service(named name: String) throws(ILSError) -> ServiceRecord?

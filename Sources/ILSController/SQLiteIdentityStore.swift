@@ -247,6 +247,36 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
+    public func renewCertificate(id: String, previousFingerprint: String, certificate: EnrolledCertificate, now: Int64)
+        throws(ILSError) -> IdentityRecord
+    {
+        try database.transaction { () throws(ILSError) -> IdentityRecord in
+            let updated = try database.execute(
+                """
+                UPDATE identities SET cert_fingerprint = ?, cert_not_after = ?, public_key = ?, last_seen_at = ?
+                WHERE id = ? AND cert_fingerprint = ? AND state = 'active'
+                """,
+                [
+                    .text(certificate.fingerprint), .integer(certificate.notAfter), .text(certificate.publicKey),
+                    .integer(now), .text(id), .text(previousFingerprint),
+                ]
+            )
+            guard updated == 1,
+                let record = try database.query(
+                    "SELECT \(Self.identityColumns) FROM identities WHERE id = ?",
+                    [.text(id)]
+                ).first.flatMap(Self.identity(from:))
+            else { throw ILSError(.conflict, "the certificate was already renewed or replaced") }
+            try insertAudit(
+                actor: record.name,
+                action: "identity.renew",
+                target: record.name,
+                detail: "certificate=\(certificate.fingerprint.prefix(16))"
+            )
+            return record
+        }
+    }
+
     public func touch(id: String, at time: Int64) throws(ILSError) {
         _ = try database.withConnection { () throws(ILSError) in
             try database.execute("UPDATE identities SET last_seen_at = ? WHERE id = ?", [.integer(time), .text(id)])

@@ -36,6 +36,20 @@ public enum ControllerAPI {
         public static let proofContext = "ils-enroll-v1\n"
     }
 
+    /// `POST /v1/renew`, over mTLS with the identity's current certificate: a new key for a new certificate,
+    /// without a token. `proof` signs `"ils-renew-v1\n" + <current certificate fingerprint>` with the new key.
+    public struct RenewRequest: Codable, Sendable {
+        public var publicKey: String
+        public var proof: String
+
+        public init(publicKey: String, proof: String) {
+            self.publicKey = publicKey
+            self.proof = proof
+        }
+
+        public static let proofContext = "ils-renew-v1\n"
+    }
+
     public struct EnrollResponse: Codable, Sendable {
         public var identity: IdentityRecord
         /// The identity's certificate, PEM.

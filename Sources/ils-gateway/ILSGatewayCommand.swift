@@ -30,7 +30,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             ControllerCommand.self, AdminCommand.self, EnrollCommand.self, ServeCommand.self, TunnelCommand.self,
-            StatusCommand.self,
+            StatusCommand.self, RenewCommand.self,
         ]
     )
 

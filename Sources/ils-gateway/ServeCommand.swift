@@ -101,7 +101,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     private func runOverlay(environment: ProcessEnvironment) async throws {
         let path = identity ?? environment["ILS_IDENTITY"] ?? "identities/gateway.json"
-        let file = try IdentityFileIO.read(path)
+        let file = try await Renewal.renewIfDue(path: path)
         let backendURL = try BackendURL(parsing: backend ?? environment["BACKEND_URL"] ?? "http://127.0.0.1:8000")
         var proxy = ProxyConfiguration(backend: backendURL)
         proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")

@@ -34,7 +34,9 @@ struct TunnelCommand: AsyncParsableCommand {
 
     func run() async throws {
         let environment = ProcessEnvironment()
-        let file = try IdentityFileIO.read(identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json")
+        let file = try await Renewal.renewIfDue(
+            path: identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json"
+        )
         let address = try HostPort(parsing: listen ?? environment["ILS_LISTEN"] ?? "127.0.0.1:8080")
         let logger = logOptions.bootstrap(label: "ils-tunnel")
         let tunnel = try Tunnel(

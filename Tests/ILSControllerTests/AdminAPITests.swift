@@ -159,4 +159,28 @@ struct AdminAPITests {
             }
         }
     }
+
+    @Test("renewal gives a new key and certificate without a token; the old certificate stops being accepted")
+    func renewal() async throws {
+        try await ControllerFixture.with { fixture in
+            let token = try await fixture.token(for: "ipad")
+            let path = fixture.path("ipad.json")
+            let old = try await Enrollment.enroll(token: token, outputPath: path, force: false).file
+            #expect(!Renewal.isDue(old))
+            #expect(Renewal.isDue(old, now: Date().addingTimeInterval(70 * 86400)))
+            let renewed = try await Renewal.renew(path: path)
+            #expect(renewed.privateKey != old.privateKey)
+            #expect(fileMode(path) == 0o600)
+            #expect(try IdentityFileIO.read(path).certificate == renewed.certificate)
+            let me: IdentityRecord = try await ControllerClient(identityFile: renewed).call(.GET, "/v1/whoami")
+            #expect(me.certificateFingerprint == (try IdentityCertificate(pem: renewed.certificate)).fingerprint)
+            do {
+                let _: IdentityRecord = try await ControllerClient(identityFile: old).call(.GET, "/v1/whoami")
+                Issue.record("the replaced certificate was accepted")
+            } catch {
+                #expect((error as? ILSError)?.code == .permissionDenied)
+            }
+            #expect(try fixture.state.store.auditEntries(since: 0).contains { $0.action == "identity.renew" })
+        }
+    }
 }

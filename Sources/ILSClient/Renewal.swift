@@ -1,0 +1,51 @@
+public import Foundation
+public import ILSCore
+import ILSCrypto
+
+/// Certificate renewal without a token: a new key pair made here, a new certificate from the controller over mTLS
+/// with the current one, and the identity file replaced atomically (mode 0600).
+public enum Renewal {
+    /// Renew when less than this is left (a third of the 90-day lifetime).
+    public static let threshold: TimeInterval = 30 * 86400
+
+    public static func isDue(_ file: IdentityFile, now: Date = Date()) -> Bool {
+        guard let certificate = try? IdentityCertificate(pem: file.certificate) else { return false }
+        return certificate.notAfter.timeIntervalSince(now) < threshold
+    }
+
+    /// Renews the identity in `path` and returns the new file.
+    public static func renew(path: String) async throws(ILSError) -> IdentityFile {
+        let file = try IdentityFileIO.read(path)
+        let current = try IdentityCertificate(pem: file.certificate)
+        let keyPair = IdentityKeyPair.generate()
+        let proof = keyPair.sign(Array((ControllerAPI.RenewRequest.proofContext + current.fingerprint).utf8))
+        let client = try ControllerClient(identityFile: file)
+        let response: ControllerAPI.EnrollResponse = try await client.call(
+            .POST,
+            "/v1/renew",
+            body: ControllerAPI.RenewRequest(
+                publicKey: Base64URL.encode(keyPair.publicKey),
+                proof: Base64URL.encode(proof)
+            )
+        )
+        let certificate = try IdentityCertificate(pem: response.certificate)
+        guard certificate.publicKey == keyPair.publicKey, certificate.id == current.id else {
+            throw ILSError(.unavailable, "the controller returned a certificate for a different key or identity")
+        }
+        let renewed = IdentityFile(
+            controller: response.controller,
+            identity: response.identity,
+            certificate: response.certificate,
+            caCertificate: response.caCertificate,
+            privateKey: keyPair.privateKeyPEM
+        )
+        try IdentityFileIO.write(renewed, to: path, overwrite: true)
+        return renewed
+    }
+
+    /// Renews when due; returns the file to use either way.
+    public static func renewIfDue(path: String, now: Date = Date()) async throws(ILSError) -> IdentityFile {
+        let file = try IdentityFileIO.read(path)
+        return isDue(file, now: now) ? try await renew(path: path) : file
+    }
+}
