@@ -109,11 +109,11 @@ struct E2ECircuitTests {
     func sseThroughCircuit() async throws {
         try await CircuitFixture.with { fixture in
             let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/sse?n=5&interval_ms=150")
+            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=100")
             #expect(try await connection.readHead().status == 200)
             let first = try #require(try await connection.readBodyPart())
             #expect(String(buffer: first).contains("\"index\": 0"))
-            #expect(fixture.backend.record.eventsSent < 5)
+            #expect(fixture.backend.record.eventsSent < 20)
             _ = try await connection.drainBody()
 
             try await connection.sendRequest("GET", "/headers", headers: [("X-ILS-Identity", "mallory")])
