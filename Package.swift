@@ -29,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -85,6 +87,7 @@ let package = Package(
         .target(
             name: "ILSGateway",
             dependencies: [
+                .product(name: "Metrics", package: "swift-metrics"),
                 "ILSCore",
                 "ILSProxy",
                 "ILSCrypto",
@@ -109,6 +112,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 "CSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -139,8 +143,24 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ILSObservability",
+            dependencies: [
+                "ILSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ILSTunnel",
             dependencies: [
+                .product(name: "Metrics", package: "swift-metrics"),
                 "ILSCore",
                 "ILSClient",
                 "ILSFabric",
@@ -182,6 +202,7 @@ let package = Package(
                 "ILSController",
                 "ILSClient",
                 "ILSTunnel",
+                "ILSObservability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -191,6 +212,18 @@ let package = Package(
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSObservabilityTests",
+            dependencies: [
+                "ILSCore",
+                "ILSObservability",
+                "ILSTesting",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

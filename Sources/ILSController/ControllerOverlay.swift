@@ -32,12 +32,15 @@ struct ControllerOverlay: Sendable {
         do {
             device = try identity(of: channel, purpose: "dialing a service")
         } catch {
+            ControllerMetrics.refusal(error.code.name)
             logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
             channel.close(promise: nil)
             return
         }
         let relay = self.relay
         live.add(channel, identityID: device.id)
+        ControllerMetrics.deviceConnections.increment()
+        channel.closeFuture.whenComplete { _ in ControllerMetrics.deviceConnections.decrement() }
         _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
             mode: .server,
             connectionConfiguration: FabricSettings.connection,
@@ -59,6 +62,7 @@ struct ControllerOverlay: Sendable {
         do {
             gateway = try identity(of: channel, purpose: "hosting a service")
         } catch {
+            ControllerMetrics.refusal(error.code.name)
             logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
             channel.close(promise: nil)
             return
@@ -75,6 +79,8 @@ struct ControllerOverlay: Sendable {
         let relay = self.relay
         let live = self.live
         live.add(channel, identityID: gateway.id)
+        ControllerMetrics.gatewayConnections.increment()
+        channel.closeFuture.whenComplete { _ in ControllerMetrics.gatewayConnections.decrement() }
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(

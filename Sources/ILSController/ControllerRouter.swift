@@ -52,10 +52,12 @@ struct ControllerRouter: Sendable {
                 let response = try controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
                 // A re-enrollment (after reissue) replaces the certificate: connections made with the old one end.
                 live.close(identityID: response.identity.id)
+                ControllerMetrics.enrollments.increment()
                 logger.info("enrolled", metadata: ["identity": "\(response.identity.name)", "peer": "\(request.peer)"])
                 return try Self.json(response)
             } catch {
                 controller.auditRefusedEnrollment(error, peer: request.peer)
+                ControllerMetrics.refusal(error.code.name)
                 logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
                 throw error
             }
@@ -105,6 +107,7 @@ struct ControllerRouter: Sendable {
             // Before answering: end the identity's live connections (and so its circuits) here, and tell every
             // gateway, which ends its circuits too and refuses new ones.
             if target != .active { live.close(identityID: record.id) }
+            if target == .revoked { ControllerMetrics.revocations.increment() }
             live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
             logger.notice("identity \(target.rawValue)", metadata: ["identity": "\(name)", "actor": "\(actor)"])
             return try Self.json(record)

@@ -77,6 +77,17 @@ final class Relay: Sendable {
 
     /// Decides a device's circuit: policy first, then the first gateway that accepts it.
     func dial(service: String, device: IdentityRecord, stream: any Channel) -> EventLoopFuture<CircuitDecision> {
+        let started = ContinuousClock.now
+        return decide(service: service, device: device, stream: stream).map { decision in
+            ControllerMetrics.dialDuration.recordNanoseconds(Int64((ContinuousClock.now - started).nanoseconds))
+            if case .refuse(_, let code, _) = decision { ControllerMetrics.refusal(code) }
+            return decision
+        }
+    }
+
+    private func decide(service: String, device: IdentityRecord, stream: any Channel)
+        -> EventLoopFuture<CircuitDecision>
+    {
         let eventLoop = stream.eventLoop
         let policy: ServiceRecord?
         do {
@@ -158,8 +169,11 @@ final class Relay: Sendable {
             )
             let key = ObjectIdentifier(deviceStream)
             sessionState.withLockedValue { $0.sessions[key] = session }
+            ControllerMetrics.circuitsTotal.increment()
+            ControllerMetrics.circuitsActive.increment()
             deviceStream.closeFuture.whenComplete { _ in
                 _ = sessionState.withLockedValue { $0.sessions.removeValue(forKey: key) }
+                ControllerMetrics.circuitsActive.decrement()
             }
             return gatewayStream.eventLoop.makeCompletedFuture {
                 try gatewayStream.pipeline.syncOperations.addHandler(
@@ -171,6 +185,7 @@ final class Relay: Sendable {
                     try pipeline.addHandler(
                         RelayHandler(partner: gatewayStream) { bytes in
                             session.counters.withLockedValue { $0.up += bytes }
+                            ControllerMetrics.bytesFromDevice.increment(by: bytes)
                         }
                     )
                 })
@@ -183,5 +198,11 @@ final class Relay: Sendable {
             )
             return self.attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
         }.hop(to: deviceStream.eventLoop)
+    }
+}
+
+extension Duration {
+    var nanoseconds: Double {
+        Double(components.seconds) * 1e9 + Double(components.attoseconds) / 1e9
     }
 }

@@ -34,7 +34,10 @@ public final class GatewayPolicy: Sendable {
     func track(_ channel: any Channel, identityID: String) {
         let key = ObjectIdentifier(channel)
         circuits.withLockedValue { $0[identityID, default: [:]][key] = channel }
+        GatewayMetrics.circuitsTotal.increment()
+        GatewayMetrics.circuitsActive.increment()
         channel.closeFuture.whenComplete { _ in
+            GatewayMetrics.circuitsActive.decrement()
             self.circuits.withLockedValue { circuits in
                 circuits[identityID]?[key] = nil
                 if circuits[identityID]?.isEmpty == true { circuits[identityID] = nil }
@@ -135,6 +138,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                     hosted: settings.service
                                 )
                                 if case .deny(let reason) = decision {
+                                    GatewayMetrics.refusal(reason.contains("revoked") ? "revoked" : "policy")
                                     settings.logger.notice("circuit refused", metadata: ["reason": "\(reason)"])
                                 }
                                 return decision

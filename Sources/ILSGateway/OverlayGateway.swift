@@ -88,8 +88,10 @@ public final class OverlayGateway: Service, Sendable {
                     ]
                 )
                 isConnected.withLockedValue { $0 = true }
+                GatewayMetrics.connected.record(1)
                 try? await channel.closeFuture.get()
                 isConnected.withLockedValue { $0 = false }
+                GatewayMetrics.connected.record(0)
                 policy.connectionLost()
                 if current.withLockedValue({ $0.stopped }) { break }
                 logger.warning("lost the controller connection; reconnecting")

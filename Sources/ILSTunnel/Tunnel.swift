@@ -105,6 +105,7 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
 
     func channelActive(context: ChannelHandlerContext) {
         context.fireChannelActive()
+        TunnelMetrics.connections.increment()
         let channel = context.channel
         let logger = self.logger
         let service = self.service
@@ -126,6 +127,7 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
                     channel.close(promise: nil)
                 }
             case .failure(let error):
+                TunnelMetrics.failures.increment()
                 logger.warning(
                     "circuit not opened; closing the client connection",
                     metadata: ["service": "\(service)", "error": "\(Self.describe(error))"]

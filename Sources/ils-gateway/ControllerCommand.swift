@@ -69,6 +69,7 @@ struct ControllerCommand: AsyncParsableCommand {
         var listen: String?
 
         @OptionGroup var logOptions: LogOptions
+        @OptionGroup var metricsOptions: MetricsOptions
 
         func run() async throws {
             let directory = try state.resolved()
@@ -80,8 +81,13 @@ struct ControllerCommand: AsyncParsableCommand {
                 listenAddress = HostPort(host: "0.0.0.0", port: controllerState.address.port)
             }
             let logger = logOptions.bootstrap(label: "ils-controller")
+            let metrics = try metricsOptions.server(logger: logger, ready: { true })
             let server = try ControllerServer(state: controllerState, listen: listenAddress, logger: logger)
-            try await runUntilSignalled(server, logger: logger)
+            if let metrics {
+                try await runUntilSignalled(server, metrics, logger: logger)
+            } else {
+                try await runUntilSignalled(server, logger: logger)
+            }
         }
     }
 }

@@ -1,4 +1,6 @@
 public import ArgumentParser
+import ILSCore
+import ILSObservability
 public import Logging
 import ServiceLifecycle
 
@@ -32,14 +34,34 @@ struct LogOptions: ParsableArguments {
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
-/// Runs a long-lived service until SIGTERM or SIGINT asks it to shut down gracefully.
-func runUntilSignalled(_ service: some Service, logger: Logger) async throws {
+/// Runs long-lived services until SIGTERM or SIGINT asks them to shut down gracefully.
+func runUntilSignalled(_ services: any Service..., logger: Logger) async throws {
     let group = ServiceGroup(
         configuration: .init(
-            services: [.init(service: service)],
+            services: services.map { .init(service: $0) },
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger
         )
     )
     try await group.run()
+}
+
+/// `--metrics` and `--metrics-allow-remote`, shared by every long-running command.
+struct MetricsOptions: ParsableArguments {
+    @Option(help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).")
+    var metrics: String?
+
+    @Flag(help: "Allow a non-loopback --metrics address.")
+    var metricsAllowRemote = false
+
+    /// Bootstraps metrics (before anything counts) and returns the listener to run, when asked for.
+    func server(logger: Logger, ready: @escaping @Sendable () -> Bool) throws(ILSError) -> MetricsServer? {
+        guard let metrics else { return nil }
+        return try MetricsServer(
+            listen: try HostPort(parsing: metrics),
+            allowRemote: metricsAllowRemote,
+            logger: logger,
+            ready: ready
+        )
+    }
 }

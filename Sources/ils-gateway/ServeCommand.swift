@@ -82,6 +82,7 @@ struct ServeCommand: AsyncParsableCommand {
     var drainTimeout: String = "30s"
 
     @OptionGroup var logOptions: LogOptions
+    @OptionGroup var metricsOptions: MetricsOptions
 
     func run() async throws {
         let environment = ProcessEnvironment()
@@ -95,8 +96,13 @@ struct ServeCommand: AsyncParsableCommand {
         }
         let configuration = try httpConfiguration(environment: environment)
         let logger = logOptions.bootstrap(label: "ils-gateway")
+        let metrics = try metricsOptions.server(logger: logger, ready: { true })
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
-        try await runUntilSignalled(server, logger: logger)
+        if let metrics {
+            try await runUntilSignalled(server, metrics, logger: logger)
+        } else {
+            try await runUntilSignalled(server, logger: logger)
+        }
     }
 
     private func runOverlay(environment: ProcessEnvironment) async throws {
@@ -109,6 +115,8 @@ struct ServeCommand: AsyncParsableCommand {
         proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
         proxy.backendMaxConnections = backendMaxConnections
         let logger = logOptions.bootstrap(label: "ils-gateway")
+        let holder = GatewayHolder()
+        let metrics = try metricsOptions.server(logger: logger, ready: { holder.gateway?.isHosting ?? false })
         let gateway = try OverlayGateway(
             identity: file,
             service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
@@ -121,7 +129,12 @@ struct ServeCommand: AsyncParsableCommand {
                 "identity": "\(file.identity.name)", "backend": "\(backendURL)",
             ]
         )
-        try await runUntilSignalled(gateway, logger: logger)
+        holder.gateway = gateway
+        if let metrics {
+            try await runUntilSignalled(gateway, metrics, logger: logger)
+        } else {
+            try await runUntilSignalled(gateway, logger: logger)
+        }
     }
 
     private func httpConfiguration(environment: ProcessEnvironment) throws(ILSError) -> HTTPModeConfiguration {
@@ -177,4 +190,10 @@ struct ProcessEnvironment {
         let text = String(cString: value)
         return text.isEmpty ? nil : text
     }
+}
+
+/// Lets the readiness probe see the gateway created after it.
+final class GatewayHolder: @unchecked Sendable {
+    // @unchecked: written once before the services start, read afterwards.
+    var gateway: OverlayGateway?
 }

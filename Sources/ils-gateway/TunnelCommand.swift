@@ -31,6 +31,7 @@ struct TunnelCommand: AsyncParsableCommand {
     var allowRemote = false
 
     @OptionGroup var logOptions: LogOptions
+    @OptionGroup var metricsOptions: MetricsOptions
 
     func run() async throws {
         let environment = ProcessEnvironment()
@@ -39,6 +40,7 @@ struct TunnelCommand: AsyncParsableCommand {
         )
         let address = try HostPort(parsing: listen ?? environment["ILS_LISTEN"] ?? "127.0.0.1:8080")
         let logger = logOptions.bootstrap(label: "ils-tunnel")
+        let metrics = try metricsOptions.server(logger: logger, ready: { true })
         let tunnel = try Tunnel(
             identity: file,
             service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
@@ -46,6 +48,10 @@ struct TunnelCommand: AsyncParsableCommand {
             allowRemote: allowRemote,
             logger: logger
         )
-        try await runUntilSignalled(tunnel, logger: logger)
+        if let metrics {
+            try await runUntilSignalled(tunnel, metrics, logger: logger)
+        } else {
+            try await runUntilSignalled(tunnel, logger: logger)
+        }
     }
 }

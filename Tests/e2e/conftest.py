@@ -115,6 +115,32 @@ class ManagedProcess:
             _running.remove(self)
         return self.proc.returncode
 
+    def full_log(self) -> str:
+        """Everything the process has written so far (logs() returns only a tail)."""
+        try:
+            return self.log_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_for_log(self, text: str, timeout: float = STARTUP_TIMEOUT_S) -> float:
+        """Polls the log until it contains `text`; returns the seconds waited. Fails if the process exits first."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if text in self.full_log():
+                return time.monotonic() - started
+            if not self.alive():
+                pytest.fail(
+                    f"{self.name} exited with code {self.proc.returncode} before logging {text!r}.\n"
+                    f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
+                    pytrace=False,
+                )
+            time.sleep(0.05)
+        pytest.fail(
+            f"{self.name} did not log {text!r} within {timeout:.0f} s.\n"
+            f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
+            pytrace=False,
+        )
+
     def wait_for_port(self, port: int, timeout: float = STARTUP_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,0 +1,19 @@
+import Metrics
+
+/// What the controller counts (`--metrics`): connections, circuits, relayed bytes, dial latency, enrollments,
+/// revocations and refusals by reason.
+enum ControllerMetrics {
+    static let circuitsActive = Meter(label: "ils_circuits_active")
+    static let circuitsTotal = Counter(label: "ils_circuits_total")
+    static let bytesFromDevice = Counter(label: "ils_relay_bytes_total", dimensions: [("direction", "from_device")])
+    static let bytesToDevice = Counter(label: "ils_relay_bytes_total", dimensions: [("direction", "to_device")])
+    static let dialDuration = Timer(label: "ils_dial_duration_seconds")
+    static let enrollments = Counter(label: "ils_enrollments_total")
+    static let revocations = Counter(label: "ils_revocations_total")
+    static let deviceConnections = Meter(label: "ils_overlay_connections", dimensions: [("kind", "device")])
+    static let gatewayConnections = Meter(label: "ils_overlay_connections", dimensions: [("kind", "gateway")])
+
+    static func refusal(_ reason: String) {
+        Counter(label: "ils_refusals_total", dimensions: [("reason", reason)]).increment()
+    }
+}

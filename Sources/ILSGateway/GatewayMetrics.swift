@@ -1,0 +1,12 @@
+import Metrics
+
+/// What an overlay gateway counts (`--metrics`).
+enum GatewayMetrics {
+    static let circuitsActive = Meter(label: "ils_gateway_circuits_active")
+    static let circuitsTotal = Counter(label: "ils_gateway_circuits_total")
+    static let connected = Gauge(label: "ils_gateway_connected")
+
+    static func refusal(_ reason: String) {
+        Counter(label: "ils_gateway_refusals_total", dimensions: [("reason", reason)]).increment()
+    }
+}
