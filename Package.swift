@@ -92,6 +92,7 @@ let package = Package(
                 "ILSProxy",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSClient",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),

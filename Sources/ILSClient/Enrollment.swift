@@ -75,6 +75,12 @@ public enum Enrollment {
             "/v1/enroll",
             body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
         )
+        // What goes into the identity file becomes this identity's trust anchor: it must be the CA the token pinned
+        // and the controller the token named, not merely what the controller answered.
+        guard try IdentityCertificateAuthority.fingerprint(pem: response.caCertificate) == claims.ils_ca else {
+            throw EnrollmentRefusal.caMismatch.error
+        }
+        guard response.controller == claims.iss else { throw EnrollmentRefusal.wrongIssuer.error }
         let certificate = try IdentityCertificate(pem: response.certificate)
         guard certificate.publicKey == keyPair.publicKey, certificate.id == claims.sub else {
             throw ILSError(.unavailable, "the controller returned a certificate for a different key or identity")

@@ -98,7 +98,10 @@ struct ControllerRouter: Sendable {
         case (.GET, "identities", 2, _):
             return try Self.json(try controller.identity(named: name))
         case (.DELETE, "identities", 2, _):
+            let doomed = try controller.identity(named: name)
             try controller.deleteIdentity(named: name, actor: actor)
+            // Like a revocation: its connections end now (the relay also re-checks every circuit against the store).
+            live.close(identityID: doomed.id)
             return try Self.json(["deleted": name])
         case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
             (.POST, "identities", 3, "enable"):

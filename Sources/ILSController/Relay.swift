@@ -89,6 +89,19 @@ final class Relay: Sendable {
         -> EventLoopFuture<CircuitDecision>
     {
         let eventLoop = stream.eventLoop
+        // The connection was authenticated when it was made; the identity may have been revoked, disabled, deleted
+        // or re-certified since. Every circuit is checked against the store as it is now.
+        guard let current = try? controller.state.store.identity(id: device.id), current.state == .active,
+            current.certificateFingerprint == device.certificateFingerprint
+        else {
+            return eventLoop.makeSucceededFuture(
+                .refuse(
+                    status: 403,
+                    code: "identity_blocked",
+                    reason: "identity '\(device.name)' is no longer allowed in; ask an admin"
+                )
+            )
+        }
         let policy: ServiceRecord?
         do {
             policy = try controller.state.store.service(named: service)

@@ -86,8 +86,10 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         }
     }
 
+    /// Only a half-close (`mode: .output`) is a clean end and sends the FINAL record; a full close is abortive, so
+    /// the device learns that whatever it was receiving was cut short.
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if case .established(let layer) = state {
+        if mode == .output, case .established(let layer) = state {
             // The FINAL record tells the device the response ended here, not that the circuit was cut.
             for record in layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) {
                 context.write(wrapOutboundOut(record), promise: nil)

@@ -1,3 +1,4 @@
+import ILSClient
 public import ILSCore
 import ILSCrypto
 import ILSFabric
@@ -14,10 +15,17 @@ public import ServiceLifecycle
 /// handshake, its own access decision, then the same proxy core as HTTP mode. After a lost connection it reconnects
 /// forever with jittered backoff capped at a few seconds.
 public final class OverlayGateway: Service, Sendable {
-    private let identity: IdentityFile
+    /// The identity in use: replaced when the certificate is renewed (new connections and circuits use it).
+    private let identity:
+        NIOLockedValueBox<
+            (
+                file: IdentityFile, connector: FabricConnector,
+                credentials: E2EHandshake.Credentials
+            )
+        >
+    /// Where the identity file lives, for renewal; `nil` disables automatic renewal.
+    private let identityPath: String?
     private let service: String
-    private let connector: FabricConnector
-    private let credentials: E2EHandshake.Credentials
     private let core: ProxyCore
     private let logger: Logger
     private let policy = GatewayPolicy()
@@ -25,21 +33,24 @@ public final class OverlayGateway: Service, Sendable {
     private let current = NIOLockedValueBox<(channel: (any Channel)?, stopped: Bool)>((nil, false))
     private let isConnected = NIOLockedValueBox(false)
 
-    public init(identity: IdentityFile, service: String, proxy: ProxyConfiguration, logger: Logger) throws(ILSError) {
+    /// - Parameter identityPath: the identity file, so the gateway can renew its certificate by itself before it
+    ///   expires; without it, renewal is left to `ils-gateway renew`.
+    public init(
+        identity: IdentityFile,
+        identityPath: String? = nil,
+        service: String,
+        proxy: ProxyConfiguration,
+        logger: Logger
+    ) throws(ILSError) {
         guard identity.identity.role == .gateway else {
             throw ILSError(
                 .permissionDenied,
                 "identity '\(identity.identity.name)' has role \(identity.identity.role.rawValue); serving needs a gateway identity"
             )
         }
-        self.identity = identity
+        self.identity = NIOLockedValueBox(try Self.load(identity))
+        self.identityPath = identityPath
         self.service = service
-        self.connector = try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN)
-        self.credentials = try E2EHandshake.Credentials(
-            certificatePEM: identity.certificate,
-            privateKeyPEM: identity.privateKey,
-            caCertificatePEM: identity.caCertificate
-        )
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
@@ -47,9 +58,56 @@ public final class OverlayGateway: Service, Sendable {
         self.logger = logger
     }
 
+    private static func load(_ file: IdentityFile) throws(ILSError) -> (
+        file: IdentityFile, connector: FabricConnector, credentials: E2EHandshake.Credentials
+    ) {
+        (
+            file,
+            try FabricConnector(identity: file, alpn: FabricProtocol.hostALPN),
+            try E2EHandshake.Credentials(
+                certificatePEM: file.certificate,
+                privateKeyPEM: file.privateKey,
+                caCertificatePEM: file.caCertificate
+            )
+        )
+    }
+
+    /// How often the gateway checks whether its certificate is due for renewal.
+    static let renewalCheckInterval: Duration = .seconds(6 * 3600)
+
+    /// Renews the certificate when due, then moves to it at the next quiet moment: the controller connection is
+    /// re-made only while no circuit is live, so no stream is cut for a renewal.
+    private func renewalLoop() async {
+        guard let identityPath else { return }
+        while !(current.withLockedValue { $0.stopped }) {
+            do {
+                try await Task.sleep(for: Self.renewalCheckInterval)
+            } catch {
+                return  // cancelled: the gateway is stopping
+            }
+            guard Renewal.isDue(identity.withLockedValue { $0.file }) else { continue }
+            do {
+                let renewed = try await Renewal.renew(path: identityPath)
+                let loaded = try Self.load(renewed)
+                identity.withLockedValue { $0 = loaded }
+                logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
+                while policy.liveCircuits > 0 {
+                    do { try await Task.sleep(for: .seconds(30)) } catch { return }
+                }
+                current.withLockedValue { $0.channel }?.close(promise: nil)
+            } catch {
+                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            }
+        }
+    }
+
     public func run() async throws {
         await withGracefulShutdownHandler {
-            await connectLoop()
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.renewalLoop() }
+                await self.connectLoop()
+                group.cancelAll()
+            }
         } onGracefulShutdown: {
             self.stop()
         }
@@ -83,7 +141,7 @@ public final class OverlayGateway: Service, Sendable {
                 logger.info(
                     "connected to controller",
                     metadata: [
-                        "controller": "\(connector.address)",
+                        "controller": "\(identity.withLockedValue { $0.connector.address })",
                         "service": "\(service)",
                     ]
                 )
@@ -100,7 +158,10 @@ public final class OverlayGateway: Service, Sendable {
                 if description != lastFailure {
                     logger.warning(
                         "cannot reach the controller; retrying with backoff",
-                        metadata: ["controller": "\(connector.address)", "error": "\(description)"]
+                        metadata: [
+                            "controller": "\(identity.withLockedValue { $0.connector.address })",
+                            "error": "\(description)",
+                        ]
                     )
                     lastFailure = description
                 } else {
@@ -112,6 +173,7 @@ public final class OverlayGateway: Service, Sendable {
     }
 
     private func connect() -> EventLoopFuture<any Channel> {
+        let (connector, credentials) = identity.withLockedValue { ($0.connector, $0.credentials) }
         let settings = GatewayStreamRouter.Context(
             service: service,
             credentials: credentials,

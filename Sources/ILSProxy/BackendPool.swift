@@ -127,7 +127,9 @@ final class LoopBackendPool {
         bootstrap.connect(host: backend.host, port: backend.port).assumeIsolated().whenComplete { result in
             switch result {
             case .success(let channel):
-                guard let handler = try? channel.pipeline.syncOperations.handler(type: BackendHandler.self) else {
+                guard channel.isActive,
+                    let handler = try? channel.pipeline.syncOperations.handler(type: BackendHandler.self)
+                else {
                     channel.close(promise: nil)
                     self.connectionClosed(nil)
                     callback(.failure(.backendUnreachable))

@@ -40,7 +40,15 @@ final class Exchange {
     /// failed before answering (the backend may have closed it just as we sent), and nothing but the head, which we
     /// still have, was sent. Requests with a body are never replayed.
     var isRetryable: Bool {
-        guard let forwarded else { return false }
-        return attempts == 1 && !forwarded.hasBody && !forwarded.isUpgrade && !responseHeadSent
+        guard let forwarded, reusedConnection else { return false }
+        let idempotent: [HTTPMethod] = [.GET, .HEAD, .OPTIONS, .PUT, .DELETE]
+        return attempts == 1 && idempotent.contains(method) && !forwarded.hasBody && !forwarded.isUpgrade
+            && !responseHeadSent
     }
+
+    /// The backend connection had carried an earlier request: only then can a close before answering mean the
+    /// backend closed an idle connection just as we sent, rather than this request's fault.
+    var reusedConnection = false
+    /// The client asked `Expect: 100-continue`; the gateway answers it itself once a backend connection is ready.
+    var expectsContinue = false
 }

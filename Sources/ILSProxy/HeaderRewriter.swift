@@ -1,3 +1,4 @@
+import Foundation
 import ILSCore
 import NIOCore
 import NIOHTTP1
@@ -23,7 +24,7 @@ enum HeaderRewriter {
     /// Hop-by-hop headers, lowercased.
     static let hopByHop: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
-        "proxy-authorization", "proxy-authenticate",
+        "proxy-authorization", "proxy-authenticate", "http2-settings", "expect",
     ]
 
     /// Headers the gateway sets itself. A client's copy is dropped, never passed on: a client must not be able to
@@ -73,12 +74,17 @@ enum HeaderRewriter {
         }
 
         let connectionTokens = tokens(headers["connection"])
-        let isUpgrade = connectionTokens.contains("upgrade") && !headers["upgrade"].isEmpty
+        // Only a WebSocket handshake may switch protocols (RFC 6455 §4.1: GET, Upgrade: websocket). Anything else,
+        // h2c above all, would let a client talk past these header rules straight to the backend, so other
+        // Upgrade requests are forwarded as plain requests, without their Upgrade header.
+        let isUpgrade =
+            head.method == .GET && connectionTokens.contains("upgrade")
+            && headers["upgrade"].contains { $0.trimmingCharacters().lowercased() == "websocket" }
 
         var out = HTTPHeaders()
         out.reserveCapacity(headers.count + 6)
         for (name, value) in headers {
-            let lower = name.lowercased()
+            let lower = canonical(name)
             if hopByHop.contains(lower) || gatewayOwned.contains(lower) { continue }
             if connectionTokens.contains(lower) && !notNominatable.contains(lower) { continue }
             if lower == "host", let hostOverride {
@@ -99,7 +105,7 @@ enum HeaderRewriter {
         }
         if isUpgrade {
             out.add(name: "Connection", value: "upgrade")
-            for value in headers["upgrade"] { out.add(name: "Upgrade", value: value) }
+            out.add(name: "Upgrade", value: "websocket")
         }
 
         let host = hostOverride ?? hosts.first ?? ""
@@ -184,7 +190,8 @@ enum HeaderRewriter {
         .map { String($0).trimmingCharacters() }
 
         if !transferEncodings.isEmpty {
-            guard contentLengths.isEmpty, version == .http1_1, transferEncodings.last == "chunked" else {
+            // Exactly `chunked`: other codings would reach the backend decoded as identity.
+            guard contentLengths.isEmpty, version == .http1_1, transferEncodings == ["chunked"] else {
                 return .failure(.ambiguousFraming)
             }
             return .success(.chunked)
@@ -195,6 +202,24 @@ enum HeaderRewriter {
             return .failure(.malformedRequest)
         }
         return .success(first.utf8.allSatisfy({ $0 == 48 }) ? .none : .contentLength)
+    }
+
+    /// A header name as compared here: lowercased, with `_` read as `-`, because CGI/WSGI backends turn both into the
+    /// same variable (`X_ILS_Identity` and `X-ILS-Identity` are both `HTTP_X_ILS_IDENTITY`).
+    static func canonical(_ name: String) -> String {
+        name.lowercased().replacingOccurrences(of: "_", with: "-")
+    }
+
+    /// Request trailers without the gateway-owned and hop-by-hop names: a trailer must not carry an identity either.
+    static func forwardTrailers(_ trailers: HTTPHeaders?) -> HTTPHeaders? {
+        guard let trailers else { return nil }
+        var out = HTTPHeaders()
+        for (name, value) in trailers {
+            let lower = canonical(name)
+            if hopByHop.contains(lower) || gatewayOwned.contains(lower) || lower == "content-length" { continue }
+            out.add(name: name, value: value)
+        }
+        return out.isEmpty ? nil : out
     }
 
     /// The comma-separated tokens of a list header, lowercased and trimmed (RFC 9110 §5.6.1).

@@ -111,6 +111,8 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // While the last answer is being written, later garbage must not cut it short.
+        if case .closing = state { return }
         if let parserError = error as? HTTPParserError {
             let answer: ProxyError = parserError == .headerOverflow ? .headersTooLarge : .malformedRequest
             switch state {
@@ -168,6 +170,9 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func receivedHead(_ head: HTTPRequestHead) {
         idleTimer?.cancel()
+        // A pipelined request behind one that closes the connection is not answered; the close is already on its
+        // way after the last response byte.
+        if case .closing = state { return }
         guard case .idle = state else {
             // HTTPServerPipelineHandler serialises requests, so a second head mid-exchange is a broken pipeline.
             context?.close(promise: nil)
@@ -180,6 +185,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .success(let forwarded):
             exchange.forwarded = forwarded
             exchange.closeAfterResponse = forwarded.clientWantsClose || forwarded.isUpgrade
+            exchange.expectsContinue = head.headers["expect"].contains { $0.lowercased() == "100-continue" }
             state = .waitingForBackend(exchange)
             leaseBackend(for: exchange)
         }
@@ -203,10 +209,10 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch state {
         case .waitingForBackend(let exchange):
             exchange.requestComplete = true
-            exchange.buffered.append(.end(trailers))
+            exchange.buffered.append(.end(HeaderRewriter.forwardTrailers(trailers)))
         case .forwarding(let exchange, let backend):
             exchange.requestComplete = true
-            backend.write(.end(trailers))
+            backend.write(.end(HeaderRewriter.forwardTrailers(trailers)))
             backendNeedsFlush = true
             if exchange.responseComplete { finish(exchange, backend: backend) }
         case .idle, .closing, .upgraded, .closed:
@@ -236,6 +242,16 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         backend.delegate = self
         backend.setReadsAllowed(context.channel.isWritable)
         state = .forwarding(exchange, backend)
+        exchange.reusedConnection = backend.requestCount > 1
+        if exchange.expectsContinue {
+            // Expect is hop-by-hop here: the gateway promises the body will be taken, now that it has somewhere
+            // to go (RFC 9110 §10.1.1).
+            exchange.expectsContinue = false
+            context.writeAndFlush(
+                wrapOutboundOut(.head(HTTPResponseHead(version: exchange.requestVersion, status: .continue))),
+                promise: nil
+            )
+        }
         backend.write(.head(forwarded.head))
         let buffered = exchange.buffered
         exchange.buffered = []
@@ -268,6 +284,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         } else {
             state = .idle
             armIdleTimer()
+            releasePendingRead()
         }
     }
 
@@ -329,6 +346,14 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                 exchange.switchingProtocols = head
                 return
             }
+            if head.status == .switchingProtocols {
+                // A 101 to a request that did not ask to switch: the connection's framing is gone.
+                exchange.backendKeepAlive = false
+                backend.delegate = nil
+                pool?.release(backend, reusable: false)
+                respond(with: .backendInvalidResponse, to: exchange)
+                return
+            }
             if exchange.requestVersion.minor == 0 { exchange.closeAfterResponse = true }
             let clientHead = HeaderRewriter.clientResponse(
                 head,
@@ -387,7 +412,7 @@ extension ProxyServerHandler: BackendConnectionDelegate {
     func backendClosed(error: (any Error)?) {
         guard case .forwarding(let exchange, _) = state else { return }
         exchange.headerTimer?.cancel()
-        if exchange.isRetryable {
+        if exchange.isRetryable, !(error is HTTPParserError) {
             logger.debug("reused backend connection closed before answering; retrying once on a new connection")
             exchange.buffered = exchange.requestComplete ? [.end(nil)] : []
             state = .waitingForBackend(exchange)

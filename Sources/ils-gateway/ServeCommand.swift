@@ -119,6 +119,7 @@ struct ServeCommand: AsyncParsableCommand {
         let metrics = try metricsOptions.server(logger: logger, ready: { holder.gateway?.isHosting ?? false })
         let gateway = try OverlayGateway(
             identity: file,
+            identityPath: path,
             service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
             proxy: proxy,
             logger: logger

@@ -124,4 +124,16 @@ struct RevocationTests {
             #expect(await connection.isClosedByPeer())
         }
     }
+
+    @Test("deleting a device ends its circuits and its open connection cannot open new ones")
+    func deleteDevice() async throws {
+        try await withCluster { cluster in
+            let stream = try await openStream(cluster.tunnelPort)
+            let _: [String: String] = try await cluster.admin().call(.DELETE, "/v1/admin/identities/ipad")
+            #expect(await streamEnds(stream, within: .seconds(5)))
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try? await connection.sendRequest("GET", "/health")
+            #expect(await connection.isClosedByPeer())
+        }
+    }
 }

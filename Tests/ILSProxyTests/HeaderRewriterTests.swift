@@ -172,4 +172,46 @@ struct HeaderRewriterTests {
         let body = String(buffer: error.jsonBody(allocator: ByteBufferAllocator()))
         #expect(body == "{\"error\":\"A \\\"quoted\\\"\\nline.\",\"code\":\"x_y\"}\n")
     }
+
+    @Test("only a WebSocket handshake on GET switches protocols; h2c and other upgrades are plain requests")
+    func onlyWebSocketUpgrades() throws {
+        let h2c = try forwarded(
+            request([
+                ("Host", "h"), ("Connection", "Upgrade, HTTP2-Settings"), ("Upgrade", "h2c"),
+                ("HTTP2-Settings", "AAMAAABkAAQAAP__"),
+            ])
+        )
+        #expect(!h2c.isUpgrade)
+        #expect(h2c.head.headers["Upgrade"].isEmpty)
+        #expect(h2c.head.headers["HTTP2-Settings"].isEmpty)
+        let post = try forwarded(
+            request([("Host", "h"), ("Connection", "Upgrade"), ("Upgrade", "websocket")], method: .POST)
+        )
+        #expect(!post.isUpgrade)
+    }
+
+    @Test("underscore spellings of gateway-owned headers are dropped too (CGI maps them to the same name)")
+    func underscoreVariants() throws {
+        let out = try forwarded(request([("Host", "h"), ("X_ILS_Identity", "admin"), ("X_Forwarded_For", "6.6.6.6")]))
+        #expect(!out.head.headers.contains { $0.name.contains("_") })
+        #expect(out.head.headers["X-ILS-Identity"] == ["ipad"])
+    }
+
+    @Test("request trailers cannot carry gateway-owned or hop-by-hop headers")
+    func trailersFiltered() {
+        let trailers = HTTPHeaders([("X-ILS-Identity", "admin"), ("Connection", "close"), ("X-Checksum", "abc")])
+        let out = HeaderRewriter.forwardTrailers(trailers)
+        #expect(out?["X-ILS-Identity"].isEmpty == true)
+        #expect(out?["Connection"].isEmpty == true)
+        #expect(out?["X-Checksum"] == ["abc"])
+    }
+
+    @Test("a transfer coding other than exactly chunked is refused")
+    func onlyChunked() {
+        let result = HeaderRewriter.forwardRequest(
+            request([("Host", "h"), ("Transfer-Encoding", "gzip, chunked")], method: .POST),
+            client: client
+        )
+        #expect(throws: ProxyError.self) { try result.get() }
+    }
 }

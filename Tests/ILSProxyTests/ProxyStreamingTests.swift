@@ -178,4 +178,20 @@ struct ProxyStreamingTests {
             #expect(await connection.isClosedByPeer())
         }
     }
+
+    @Test("Expect: 100-continue is answered by the gateway, and the body then goes through")
+    func expectContinue() async throws {
+        try await ProxyFixture.with { fixture in
+            let connection = try await fixture.connect()
+            try await connection.send(
+                "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+            )
+            #expect(try await connection.readHead().status == 100)
+            try await connection.send("hello")
+            #expect(try await connection.readHead().status == 200)
+            #expect(String(buffer: try await connection.readBody()).hasPrefix("{\"bytes\":5,"))
+            #expect(!fixture.backend.record.lastHeaders.contains { $0.0.lowercased() == "expect" })
+            await connection.close()
+        }
+    }
 }
