@@ -47,6 +47,9 @@ public final class GatewayPolicy: Sendable {
         if revoked.withLockedValue({ $0.contains(identityID) }) { channel.close(promise: nil) }
     }
 
+    /// Whether the gateway itself would refuse this identity.
+    public func blocks(_ identityID: String) -> Bool { revoked.withLockedValue { $0.contains(identityID) } }
+
     /// How many circuits are live (for tests and metrics).
     public var liveCircuits: Int { circuits.withLockedValue { $0.values.reduce(0) { $0 + $1.count } } }
 

@@ -122,6 +122,9 @@ public final class OverlayGateway: Service, Sendable {
         channel?.close(promise: nil)
     }
 
+    /// Whether the gateway's own block list holds this identity (revoked or disabled).
+    public func blocks(identityID: String) -> Bool { policy.blocks(identityID) }
+
     /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
     public var isHosting: Bool { isConnected.withLockedValue { $0 } && policy.isKnown }
 

@@ -111,7 +111,7 @@ public final class TestCluster: @unchecked Sendable {
 
     /// Stops the controller and starts a new one on the same port and state directory.
     public func restartController() async throws {
-        await controller.shutdown()
+        await controller.shutdown()  // idempotent: fine if it is already down
         let reloaded = try ControllerState.load(directory: "\(directory)/controller")
         let server = try ControllerServer(
             state: reloaded,

@@ -136,4 +136,19 @@ struct RevocationTests {
             #expect(await connection.isClosedByPeer())
         }
     }
+
+    @Test("a gateway that was offline during a revocation learns it on reconnecting and refuses the device itself")
+    func offlineGatewayLearnsRevocation() async throws {
+        try await withCluster { cluster in
+            let ipad = try #require(try cluster.state.store.identity(named: "ipad"))
+            #expect(!cluster.gateways[0].blocks(identityID: ipad.id))
+            // The controller goes away; the revocation is written while no gateway is connected.
+            await cluster.controller.shutdown()
+            #expect(await TestCluster.eventually { !cluster.gateways[0].isHosting })
+            _ = try cluster.state.store.changeState(named: "ipad", to: .revoked, actor: "admin")
+            try await cluster.restartController()
+            #expect(await TestCluster.eventually(.seconds(15)) { cluster.gateways[0].isHosting })
+            #expect(cluster.gateways[0].blocks(identityID: ipad.id))
+        }
+    }
 }
