@@ -21,20 +21,36 @@ public final class OverlayDialer: Sendable {
     }
 
     public let eventLoop: any EventLoop
-    private let connector: FabricConnector
-    private let credentials: E2EHandshake.Credentials
+    /// The identity in use; `replaceIdentity` swaps it after a renewal (new connections and circuits use it).
+    private let current: NIOLockedValueBox<(connector: FabricConnector, credentials: E2EHandshake.Credentials)>
     private let connection = NIOLockedValueBox<EventLoopFuture<NIOHTTP2Handler.StreamMultiplexer>?>(nil)
 
     public init(identity: IdentityFile, eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next())
         throws(ILSError)
     {
         self.eventLoop = eventLoop
-        self.connector = try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN)
-        self.credentials = try E2EHandshake.Credentials(
-            certificatePEM: identity.certificate,
-            privateKeyPEM: identity.privateKey,
-            caCertificatePEM: identity.caCertificate
+        self.current = NIOLockedValueBox(try Self.load(identity))
+    }
+
+    private static func load(_ identity: IdentityFile) throws(ILSError) -> (
+        connector: FabricConnector, credentials: E2EHandshake.Credentials
+    ) {
+        (
+            try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN),
+            try E2EHandshake.Credentials(
+                certificatePEM: identity.certificate,
+                privateKeyPEM: identity.privateKey,
+                caCertificatePEM: identity.caCertificate
+            )
         )
+    }
+
+    /// Uses a renewed identity from now on: the next circuit opens a new controller connection with it. The old
+    /// connection is left to finish the circuits it carries (the controller stops accepting new ones on it).
+    public func replaceIdentity(_ identity: IdentityFile) throws(ILSError) {
+        let loaded = try Self.load(identity)
+        current.withLockedValue { $0 = loaded }
+        connection.withLockedValue { $0 = nil }
     }
 
     /// The live connection's multiplexer, connecting if there is none.
@@ -43,6 +59,7 @@ public final class OverlayDialer: Sendable {
             if let existing { return existing }
             let promise = eventLoop.makePromise(of: NIOHTTP2Handler.StreamMultiplexer.self)
             let box = self.connection
+            let connector = current.withLockedValue { $0.connector }
             connector.connect(on: eventLoop) { channel in
                 let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
                     mode: .client,
@@ -50,8 +67,10 @@ public final class OverlayDialer: Sendable {
                     streamConfiguration: FabricSettings.stream
                 ) { stream in stream.close() }
                 promise.succeed(multiplexer)
+                let mine = promise.futureResult
                 channel.closeFuture.whenComplete { _ in
-                    box.withLockedValue { $0 = nil }
+                    // Forget this connection only if it is still the current one (not after a renewal swapped it).
+                    box.withLockedValue { if $0 === mine { $0 = nil } }
                 }
             }.whenFailure { error in
                 box.withLockedValue { $0 = nil }
@@ -64,8 +83,7 @@ public final class OverlayDialer: Sendable {
 
     /// Opens an end-to-end encrypted circuit to `service`.
     public func dial(service: String) -> EventLoopFuture<any Channel> {
-        let credentials = self.credentials
-        let address = connector.address
+        let (credentials, address) = current.withLockedValue { ($0.credentials, $0.connector.address) }
         return multiplexer().flatMapError { error in
             self.eventLoop.makeFailedFuture(
                 DialError.controllerUnreachable(

@@ -17,12 +17,20 @@ public final class Tunnel: Service, Sendable {
     private let listen: HostPort
     private let logger: Logger
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+    private let identity: NIOLockedValueBox<IdentityFile>
+    private let identityPath: String?
 
     /// Refuses a non-loopback listen address unless `allowRemote`: anyone who can reach the tunnel's port uses the
     /// device's identity.
-    public init(identity: IdentityFile, service: String, listen: HostPort, allowRemote: Bool, logger: Logger)
-        throws(ILSError)
-    {
+    /// - Parameter identityPath: the identity file, so the tunnel renews its certificate by itself before expiry.
+    public init(
+        identity: IdentityFile,
+        identityPath: String? = nil,
+        service: String,
+        listen: HostPort,
+        allowRemote: Bool,
+        logger: Logger
+    ) throws(ILSError) {
         let loopback =
             listen.host == "127.0.0.1" || listen.host == "::1" || listen.host == "localhost"
             || listen.host.hasPrefix("127.")
@@ -34,6 +42,8 @@ public final class Tunnel: Service, Sendable {
             )
         }
         self.dialer = try OverlayDialer(identity: identity)
+        self.identity = NIOLockedValueBox(identity)
+        self.identityPath = identityPath
         self.service = service
         self.listen = listen
         self.logger = logger
@@ -81,8 +91,38 @@ public final class Tunnel: Service, Sendable {
                 "listen": "\(address.ipAddress ?? "?"):\(address.port ?? 0)", "service": "\(service)",
             ]
         )
-        try? await gracefulShutdown()
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.renewalLoop() }
+            try? await gracefulShutdown()
+            group.cancelAll()
+        }
         await shutdown()
+    }
+
+    /// Renews the certificate now and dials with the new one from the next circuit on.
+    public func renewNow(path: String) async throws(ILSError) {
+        let renewed = try await Renewal.renew(path: path)
+        try dialer.replaceIdentity(renewed)
+        identity.withLockedValue { $0 = renewed }
+        logger.info("certificate renewed")
+    }
+
+    /// Every few hours: renew the certificate when fewer than 30 days are left, and dial with the new one.
+    private func renewalLoop() async {
+        guard let identityPath else { return }
+        while true {
+            do {
+                try await Task.sleep(for: .seconds(6 * 3600))
+            } catch {
+                return
+            }
+            guard Renewal.isDue(identity.withLockedValue { $0 }) else { continue }
+            do {
+                try await renewNow(path: identityPath)
+            } catch {
+                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            }
+        }
     }
 }
 

@@ -35,14 +35,14 @@ struct TunnelCommand: AsyncParsableCommand {
 
     func run() async throws {
         let environment = ProcessEnvironment()
-        let file = try await Renewal.renewIfDue(
-            path: identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json"
-        )
+        let path = identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json"
+        let file = try await Renewal.renewIfDue(path: path)
         let address = try HostPort(parsing: listen ?? environment["ILS_LISTEN"] ?? "127.0.0.1:8080")
         let logger = logOptions.bootstrap(label: "ils-tunnel")
         let metrics = try metricsOptions.server(logger: logger, ready: { true })
         let tunnel = try Tunnel(
             identity: file,
+            identityPath: path,
             service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
             listen: address,
             allowRemote: allowRemote,
