@@ -157,6 +157,20 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// How long a connection may take to take its last answer before it is closed anyway: a client that stops
+    /// reading must not pin the connection forever.
+    static let closingDeadline: TimeAmount = .seconds(30)
+
+    private func enterClosing() {
+        state = .closing
+        guard let context else { return }
+        let channel = context.channel
+        idleTimer?.cancel()
+        idleTimer = context.eventLoop.scheduleTask(in: Self.closingDeadline) {
+            channel.close(promise: nil)
+        }
+    }
+
     private func armIdleTimer() {
         idleTimer?.cancel()
         guard let context else { return }
@@ -280,7 +294,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         accessLog.record(exchange, client: client)
         if exchange.closeAfterResponse {
             // The response's last write carries the close (see `backendReceived(.end)`).
-            state = .closing
+            enterClosing()
         } else {
             state = .idle
             armIdleTimer()
@@ -296,7 +310,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if let exchange, exchange.responseHeadSent {
             // Too late for a status: cutting the connection is how HTTP/1.1 says the response is incomplete.
             accessLog.record(exchange, client: client, outcome: error.code)
-            state = .closing
+            enterClosing()
             context.close(promise: nil)
             return
         }
@@ -307,7 +321,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         headers.add(name: "Connection", value: "close")
         headers.add(name: "Cache-Control", value: "no-store")
         let version = exchange?.requestVersion ?? .http1_1
-        state = .closing
+        enterClosing()
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: version, status: error.status, headers: headers))),
             promise: nil
@@ -424,7 +438,7 @@ extension ProxyServerHandler: BackendConnectionDelegate {
             // the response is truncated; it must never hang waiting for more.
             context?.flush()
             accessLog.record(exchange, client: client, outcome: "backend_closed_mid_response")
-            state = .closing
+            enterClosing()
             context?.close(promise: nil)
             return
         }
