@@ -23,6 +23,10 @@ public struct ProxyConfiguration: Sendable {
     /// How long a client connection may stay open without a request in progress. This also bounds how long a
     /// client may take to send a complete request head, which defeats slow-header (slowloris) clients.
     public var clientIdleTimeout: TimeSpan = .seconds(60)
+    /// How long a client may take nothing at all from a response before the exchange is given up (the backend
+    /// request is closed too). A slow reader is fine; a reader that has stopped for this long is gone, and must not
+    /// hold a backend connection forever.
+    public var clientStallTimeout: TimeSpan = .seconds(600)
     /// The largest request head accepted, in bytes, before answering 431.
     public var maxRequestHeaderBytes: Int = 64 * 1024
     /// The most header fields accepted in one request head before answering 431.

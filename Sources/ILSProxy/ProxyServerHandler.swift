@@ -38,6 +38,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var context: ChannelHandlerContext?
     private var pool: LoopBackendPool?
     private var idleTimer: Scheduled<Void>?
+    private var stallTimer: Scheduled<Void>?
     private var pendingRead = false
     private var backendNeedsFlush = false
     private var clientNeedsFlush = false
@@ -88,11 +89,22 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if case .forwarding(_, let backend) = state {
             backend.setReadsAllowed(context.channel.isWritable)
         }
+        if context.channel.isWritable {
+            stallTimer?.cancel()
+            stallTimer = nil
+        } else if stallTimer == nil {
+            let channel = context.channel
+            stallTimer = context.eventLoop.scheduleTask(in: configuration.clientStallTimeout.timeAmount) {
+                // Not writable since then: the client stopped reading. Closing ends the backend request too.
+                channel.close(promise: nil)
+            }
+        }
         context.fireChannelWritabilityChanged()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         idleTimer?.cancel()
+        stallTimer?.cancel()
         switch state {
         case .forwarding(let exchange, let backend):
             // The client went away mid-exchange: close the backend request now, so a generation stops and costs

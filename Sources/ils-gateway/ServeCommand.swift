@@ -78,6 +78,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "How long a client connection may stay open with no request in progress (also bounds slow headers).")
     var idleTimeout: String = "60s"
 
+    @Option(help: "How long a client may read nothing of a response before the exchange is given up.")
+    var clientStallTimeout: String = "600s"
+
     @Option(help: "On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed.")
     var drainTimeout: String = "30s"
 
@@ -113,6 +116,7 @@ struct ServeCommand: AsyncParsableCommand {
         proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")
         proxy.backendConnectTimeout = try positive(backendConnectTimeout, "--backend-connect-timeout")
         proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
+        proxy.clientStallTimeout = try positive(clientStallTimeout, "--client-stall-timeout")
         proxy.backendMaxConnections = backendMaxConnections
         let logger = logOptions.bootstrap(label: "ils-gateway")
         let holder = GatewayHolder()
@@ -171,6 +175,7 @@ struct ServeCommand: AsyncParsableCommand {
         proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")
         proxy.backendConnectTimeout = try positive(backendConnectTimeout, "--backend-connect-timeout")
         proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
+        proxy.clientStallTimeout = try positive(clientStallTimeout, "--client-stall-timeout")
         proxy.backendMaxConnections = backendMaxConnections
         var configuration = HTTPModeConfiguration(listen: listenAddress, tls: tls, proxy: proxy)
         configuration.drainTimeout = try TimeSpan(parsing: drainTimeout)

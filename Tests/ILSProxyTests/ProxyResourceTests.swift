@@ -68,4 +68,24 @@ struct ProxyResourceTests {
             await #expect(throws: (any Error).self) { _ = try await fixture.connect() }
         }
     }
+
+    @Test("a client that stops reading altogether is cut off after the stall timeout, and so is its backend request")
+    func stalledClientIsCutOff() async throws {
+        try await ProxyFixture.with(configure: { $0.proxy.clientStallTimeout = .milliseconds(500) }) { fixture in
+            let size = 256 * 1024 * 1024
+            let connection = try await fixture.connect()
+            try await connection.sendRequest("GET", "/bytes?size=\(size)")
+            #expect(try await connection.readHead().status == 200)
+            _ = try await connection.readBodyPart()
+            try await Task.sleep(for: .seconds(2))
+            // What was in flight still arrives, then the connection ends long before the body would.
+            var received = 0
+            do {
+                while let part = try await connection.readBodyPart() { received += part.readableBytes }
+                Issue.record("the whole body arrived: the stalled client was never cut off")
+            } catch {
+                #expect(received < size)
+            }
+        }
+    }
 }
