@@ -178,6 +178,7 @@ let package = Package(
             name: "ILSTesting",
             dependencies: [
                 "ILSCore",
+                "ILSCrypto",
                 "ILSProxy",
                 "ILSController",
                 "ILSGateway",
@@ -229,7 +230,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ILSGatewayTests",
-            dependencies: ["ILSCore", "ILSCrypto", "ILSFabric", "ILSGateway"],
+            dependencies: ["ILSCore", "ILSCrypto", "ILSFabric", "ILSGateway", "ILSTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -259,7 +260,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ILSCryptoTests",
-            dependencies: ["ILSCore", "ILSCrypto"],
+            dependencies: ["ILSCore", "ILSCrypto", "ILSTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

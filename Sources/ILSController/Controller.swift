@@ -34,16 +34,7 @@ public struct Controller: Sendable {
         guard identity.state != .revoked else {
             throw ILSError(.permissionDenied, "identity '\(identity.name)' is revoked; create a new identity")
         }
-        let issued: IssuedCertificate
-        do {
-            issued = try state.authority.issueIdentityCertificate(
-                publicKey: publicKey,
-                identity: identity,
-                now: Date(timeIntervalSince1970: TimeInterval(now))
-            )
-        } catch {
-            throw ILSError(.internalError, "could not issue the certificate", detail: "\(error)")
-        }
+        let issued = try issueCertificate(publicKey: publicKey, identity: identity, now: now)
         let record = try state.store.consumeToken(
             jti: claims.jti,
             identityID: identity.id,
@@ -78,16 +69,7 @@ public struct Controller: Sendable {
                 publicKey: publicKey
             )
         else { throw EnrollmentRefusal.badProof.error }
-        let issued: IssuedCertificate
-        do {
-            issued = try state.authority.issueIdentityCertificate(
-                publicKey: publicKey,
-                identity: identity,
-                now: Date(timeIntervalSince1970: TimeInterval(now))
-            )
-        } catch {
-            throw ILSError(.internalError, "could not issue the certificate", detail: "\(error)")
-        }
+        let issued = try issueCertificate(publicKey: publicKey, identity: identity, now: now)
         let record = try state.store.renewCertificate(
             id: identity.id,
             previousFingerprint: presented.fingerprint,
@@ -104,6 +86,20 @@ public struct Controller: Sendable {
             caCertificate: state.authority.certificatePEM,
             controller: state.address.description
         )
+    }
+
+    private func issueCertificate(publicKey: [UInt8], identity: IdentityRecord, now: Int64) throws(ILSError)
+        -> IssuedCertificate
+    {
+        do {
+            return try state.authority.issueIdentityCertificate(
+                publicKey: publicKey,
+                identity: identity,
+                now: Date(timeIntervalSince1970: TimeInterval(now))
+            )
+        } catch {
+            throw ILSError(.internalError, "could not issue the certificate", detail: "\(error)")
+        }
     }
 
     /// Records a refused enrollment in the audit log (the reason code only; never the token).

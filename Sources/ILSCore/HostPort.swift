@@ -32,5 +32,10 @@ public struct HostPort: Hashable, Sendable, CustomStringConvertible {
         self.init(host: String(host), port: port)
     }
 
+    /// Whether the host is a loopback address or name, reachable only from this machine.
+    public var isLoopback: Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }

@@ -21,10 +21,7 @@ public final class MetricsServer: Service, Sendable {
     public init(listen: HostPort, allowRemote: Bool, logger: Logger, ready: @escaping @Sendable () -> Bool)
         throws(ILSError)
     {
-        let loopback =
-            listen.host == "127.0.0.1" || listen.host == "::1" || listen.host == "localhost"
-            || listen.host.hasPrefix("127.")
-        guard loopback || allowRemote else {
+        guard listen.isLoopback || allowRemote else {
             throw ILSError(
                 .invalidArgument,
                 "the metrics listener is loopback-only; give --metrics-allow-remote to listen on \(listen.host)"

@@ -31,10 +31,7 @@ public final class Tunnel: Service, Sendable {
         allowRemote: Bool,
         logger: Logger
     ) throws(ILSError) {
-        let loopback =
-            listen.host == "127.0.0.1" || listen.host == "::1" || listen.host == "localhost"
-            || listen.host.hasPrefix("127.")
-        guard loopback || allowRemote else {
+        guard listen.isLoopback || allowRemote else {
             throw ILSError(
                 .invalidArgument,
                 "the tunnel listens on loopback only (anyone reaching it acts as '\(identity.identity.name)'); "

@@ -62,4 +62,12 @@ struct ParsingTests {
             ] + EnrollmentRefusal.allCases.map { $0.error.code }
         #expect(Set(codes.map(\.exitCode)).count == codes.count)
     }
+
+    @Test("loopback means this machine only")
+    func loopback() {
+        for host in ["127.0.0.1", "127.1.2.3", "::1", "localhost"] { #expect(HostPort(host: host, port: 1).isLoopback) }
+        for host in ["0.0.0.0", "192.168.1.2", "::", "example.com"] {
+            #expect(!HostPort(host: host, port: 1).isLoopback)
+        }
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import ILSCore
 import ILSCrypto
+import ILSTesting
 import Testing
 
 /// A CA, a device and a gateway, as a controller would have enrolled them.
@@ -22,21 +23,7 @@ struct E2EParties {
         role: IdentityRole,
         trusting: CertificateAuthority? = nil
     ) throws -> E2EHandshake.Credentials {
-        let key = IdentityKeyPair.generate()
-        let record = IdentityRecord(
-            id: "id-\(name)",
-            name: name,
-            role: role,
-            attributes: [],
-            state: .active,
-            createdAt: 0
-        )
-        let issued = try authority.issueIdentityCertificate(publicKey: key.publicKey, identity: record)
-        return try E2EHandshake.Credentials(
-            certificatePEM: issued.pem,
-            privateKeyPEM: key.privateKeyPEM,
-            caCertificatePEM: (trusting ?? authority).certificatePEM
-        )
+        try TestIdentities.credentials(authority, name: name, role: role, trusting: trusting)
     }
 }
 

@@ -70,21 +70,7 @@ struct CircuitFixture {
     static func credentials(_ authority: CertificateAuthority, name: String, role: IdentityRole) throws
         -> E2EHandshake.Credentials
     {
-        let key = IdentityKeyPair.generate()
-        let record = IdentityRecord(
-            id: "id-\(name)",
-            name: name,
-            role: role,
-            attributes: [],
-            state: .active,
-            createdAt: 0
-        )
-        let issued = try authority.issueIdentityCertificate(publicKey: key.publicKey, identity: record)
-        return try E2EHandshake.Credentials(
-            certificatePEM: issued.pem,
-            privateKeyPEM: key.privateKeyPEM,
-            caCertificatePEM: authority.certificatePEM
-        )
+        try TestIdentities.credentials(authority, name: name, role: role)
     }
 
     /// A raw HTTP connection whose bytes travel end-to-end encrypted, optionally through `tamper`.

@@ -3,6 +3,7 @@ import ILSCore
 import ILSCrypto
 import ILSFabric
 import ILSGateway
+import ILSTesting
 import Testing
 
 @Suite("The gateway's own access decision")
@@ -10,18 +11,7 @@ struct GatewayPolicyTests {
     let authority = try! CertificateAuthority.create(name: "test CA")
 
     func certificate(_ name: String, role: IdentityRole) throws -> IdentityCertificate {
-        let key = IdentityKeyPair.generate()
-        let record = IdentityRecord(
-            id: "id-\(name)",
-            name: name,
-            role: role,
-            attributes: [],
-            state: .active,
-            createdAt: 0
-        )
-        return try IdentityCertificate(
-            pem: try authority.issueIdentityCertificate(publicKey: key.publicKey, identity: record).pem
-        )
+        try IdentityCertificate(pem: try TestIdentities.issue(authority, name: name, role: role).certificatePEM)
     }
 
     @Test("nobody gets in before the controller sent the policy")
