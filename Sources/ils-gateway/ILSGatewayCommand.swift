@@ -16,16 +16,21 @@ struct ILSGatewayCommand: AsyncParsableCommand {
         commandName: "ils-gateway",
         abstract: "A zero-trust gateway for a Claude Code backend.",
         discussion: """
-            Serve a backend that streams answers (Server-Sent Events, WebSockets) to your devices.
+            Roles:
+              controller  the overlay controller: CA, identities, enrollment,
+                          admin API and relay, on one TLS port
+              serve       the gateway next to the backend (overlay mode
+                          listens on nothing; --mode http is a TLS proxy)
+              enroll      turn a one-time token into this machine's identity
+              tunnel      a loopback proxy on a device into the overlay
+              admin       identities, sessions and the audit log
+              status      who this identity is and whether it is accepted
+              renew       a new certificate without a token
 
-            controller: the overlay controller (CA, identities, enrollment, admin API, relay).
-            serve:      the gateway next to the backend (overlay mode: no listening port; or HTTP mode).
-            enroll:     turn a one-time token into this machine's identity.
-            tunnel:     a loopback proxy on the device into the overlay.
-            admin:      manage identities.
-
-            Exit status: 0 success, 64 bad arguments, 65 unreadable input file, 69 address or peer unavailable,
-            70 internal error, 73 a file could not be written.
+            Exit status: 0 success, 64 bad arguments, 65 unreadable input,
+            67 not found, 69 unreachable, 70 internal error, 73 cannot write,
+            77 permission denied, 79 conflict, 80-88 enrollment refusals
+            (see ils-gateway enroll --help).
             """,
         version: "0.1.0",
         subcommands: [
