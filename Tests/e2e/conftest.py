@@ -23,6 +23,10 @@ from typing import Callable, Iterator, Optional
 import httpx
 import pytest
 
+# Assertions in the shared helper module get pytest's detailed failure messages, as if written in a test module.
+# (Must run before anything imports it: conftest is loaded before the test modules are.)
+pytest.register_assert_rewrite("sse_helpers")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BACKEND_APP = REPO_ROOT / "deploy" / "backend" / "app.py"
 MODES = ("tls", "plain")

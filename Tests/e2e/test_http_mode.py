@@ -7,22 +7,22 @@ backend produced the last one" proves the gateway does not buffer, without depen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-import queue
 import signal
 import subprocess
-import threading
 import time
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Iterator
 
 import httpx
 import pytest
 from websockets.sync.client import connect as ws_connect
 
+import sse_helpers
 from conftest import Backend, Gateway
+from sse_helpers import assert_gateway_error, curl_timed_lines, parse_sse, timed_lines, wait_for_idle_streams
 
 pytestmark = pytest.mark.e2e
 
@@ -30,90 +30,12 @@ N_EVENTS = 5
 INTERVAL_MS = 400  # the last of 5 events is emitted 1.6 s after the first: a wide margin for "before"
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Helpers
-# ------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SSEEvent:
-    event: str
-    data: str
-    received_at: float  # time.time() when its data line arrived
-
-    @property
-    def json(self) -> dict:
-        return json.loads(self.data)
-
-
-def parse_sse(lines: Iterable[tuple[float, str]], stop_after: Optional[int] = None) -> list[SSEEvent]:
-    """Parses (receive time, line) pairs into events; stops at `done` or after `stop_after` message events."""
-    events: list[SSEEvent] = []
-    name, data, data_at = "message", [], None
-    for at, line in lines:
-        if line.startswith(":"):
-            continue  # comment / keep-alive ping
-        if line == "":
-            if data:
-                events.append(SSEEvent(name, "\n".join(data), data_at))
-                if name == "done":
-                    break
-                if stop_after is not None and sum(e.event == "message" for e in events) >= stop_after:
-                    break
-            name, data, data_at = "message", [], None
-            continue
-        key, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if key == "event":
-            name = value
-        elif key == "data":
-            data.append(value)
-            if data_at is None:
-                data_at = at
-    return events
-
-
-def timed_lines(response: httpx.Response, deadline_s: float = 20.0) -> Iterator[tuple[float, str]]:
-    deadline = time.monotonic() + deadline_s
-    for line in response.iter_lines():
-        yield time.time(), line
-        if time.monotonic() > deadline:
-            raise AssertionError(f"stream still open after {deadline_s} s")
-
-
-def assert_streamed_event_by_event(events: list[SSEEvent]) -> None:
-    messages = [e for e in events if e.event == "message"]
-    assert [e.json["index"] for e in messages] == list(range(N_EVENTS)), f"events out of order or missing: {events}"
-    assert events[-1].event == "done", f"stream did not end with a done event: {events}"
-    received = [e.received_at for e in messages]
-    assert received == sorted(received)
-    first_received = messages[0].received_at
-    last_emitted = messages[-1].json["emitted_at"]
-    assert first_received < last_emitted, (
-        f"event 0 reached the client {first_received - last_emitted:.3f} s after the backend emitted event "
-        f"{N_EVENTS - 1}: the gateway buffered the stream instead of forwarding each event as it came"
-    )
-
-
-def assert_gateway_error(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, f"expected {status}, got {response.status_code}: {response.text!r}"
-    assert response.headers.get("content-type", "").startswith("application/json"), response.headers
-    body = response.json()
-    assert isinstance(body.get("error"), str) and body["error"], body
-    assert isinstance(body.get("code"), str) and body["code"], body
-    assert body["code"].replace("_", "").isalnum() and body["code"].islower(), f"code is not a stable slug: {body}"
-    return body
-
-
-def wait_for_idle_streams(backend: Backend, timeout: float = 5.0) -> None:
-    """Streams left by earlier tests must be over before a test that counts them starts."""
-    with backend.client() as direct:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if direct.get("/debug/streams").json()["active"] == 0:
-                return
-            time.sleep(0.05)
-    raise AssertionError("backend still has active streams from an earlier test")
+# The shared assertion (sse_helpers), with this module's event count and failure message.
+assert_streamed_event_by_event = functools.partial(
+    sse_helpers.assert_streamed_event_by_event,
+    n_events=N_EVENTS,
+    blame="the gateway buffered the stream instead of forwarding each event as it came",
+)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -151,34 +73,6 @@ def test_sse_event_by_event(gateway: Gateway, method: str) -> None:
             assert r.headers["content-type"].startswith("text/event-stream")
             events = parse_sse(timed_lines(r))
     assert_streamed_event_by_event(events)
-
-
-def curl_timed_lines(args: list[str], timeout: float = 20.0) -> list[tuple[float, str]]:
-    """Runs curl and timestamps each stdout line as it arrives (a reader thread, so the main thread can time out)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
-    lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
-
-    def reader() -> None:
-        buffer = b""
-        while True:
-            chunk = proc.stdout.read(4096)  # unbuffered: returns what has arrived, no waiting for a full block
-            if not chunk:
-                break
-            now = time.time()
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                lines.put((now, line.rstrip(b"\r").decode()))
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        proc.kill()
-    proc.wait(timeout=5)
-    stderr = proc.stderr.read().decode(errors="replace")
-    assert proc.returncode == 0, f"curl exited {proc.returncode}: {stderr}"
-    return list(lines.queue)
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
