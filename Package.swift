@@ -211,6 +211,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// Benchmark peer: a fast NIO backend and the load clients the harness in deploy/bench drives.
+        .executableTarget(
+            name: "ils-bench",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],

@@ -66,6 +66,7 @@ public final class OverlayDialer: Sendable {
                     connectionConfiguration: FabricSettings.connection,
                     streamConfiguration: FabricSettings.stream
                 ) { stream in stream.close() }
+                try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
                 promise.succeed(multiplexer)
                 let mine = promise.futureResult
                 channel.closeFuture.whenComplete { _ in
@@ -101,7 +102,6 @@ public final class OverlayDialer: Sendable {
                 let pipeline = stream.pipeline.syncOperations
                 try pipeline.addHandler(StreamDataCodec())
                 try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                try pipeline.addHandler(MessageToByteHandler(FrameEncoder()))
                 try pipeline.addHandler(E2EInitiatorHandler(credentials: credentials, service: service))
                 return stream
             }.flatMapErrorThrowing { error in

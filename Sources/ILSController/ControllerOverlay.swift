@@ -26,6 +26,13 @@ struct ControllerOverlay: Sendable {
         return try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: purpose)
     }
 
+    /// Closes an overlay connection on a connection-level error, so the peer reconnects.
+    private func connectionErrorHandler(peer: String) -> FabricConnectionErrorHandler {
+        FabricConnectionErrorHandler { [logger] error in
+            logger.notice("overlay connection failed; closing it", metadata: ["peer": "\(peer)", "error": "\(error)"])
+        }
+    }
+
     /// A device connection: HTTP/2 server; each stream is a circuit request.
     func configureDevice(_ channel: any Channel) throws {
         let device: IdentityRecord
@@ -53,6 +60,7 @@ struct ControllerOverlay: Sendable {
                 )
             }
         }
+        try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))
         logger.info("device connected", metadata: ["identity": "\(device.name)"])
     }
 
@@ -75,6 +83,7 @@ struct ControllerOverlay: Sendable {
             // Gateways never open streams towards the controller.
             stream.close()
         }
+        try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: gateway.name))
         let controller = self.controller
         let relay = self.relay
         let live = self.live

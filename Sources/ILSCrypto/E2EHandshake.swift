@@ -63,7 +63,22 @@ public enum E2EHandshake {
     }
 
     /// Checks a peer certificate ourselves: issued by our CA (signature), currently valid, an identity certificate.
+    ///
+    /// A certificate that passed is remembered (by its bytes and the CA) until it expires, so the circuits a device opens
+    /// one after another don't each pay for parsing and an ECDSA verification. Revocation is not this check's job: the
+    /// gateway's block list and the relay's store check run on every circuit.
     static func verifyPeer(_ der: [UInt8], authority: Certificate, now: Date) throws(ILSError) -> IdentityCertificate {
+        if let known = VerifiedCertificates.shared.lookup(der, authority: authority, now: now) { return known }
+        let (verified, validity) = try verifyUncached(der, authority: authority, now: now)
+        VerifiedCertificates.shared.remember(der, authority: authority, verified: verified, validity: validity)
+        return verified
+    }
+
+    private static func verifyUncached(
+        _ der: [UInt8],
+        authority: Certificate,
+        now: Date
+    ) throws(ILSError) -> (IdentityCertificate, ClosedRange<Date>) {
         guard let certificate = try? Certificate(derEncoded: der) else { throw failure("peer certificate unreadable") }
         guard certificate.issuer == authority.subject,
             authority.publicKey.isValidSignature(certificate.signature, for: certificate)
@@ -71,7 +86,7 @@ public enum E2EHandshake {
         guard certificate.notValidBefore <= now, now <= certificate.notValidAfter else {
             throw failure("peer certificate is expired or not yet valid")
         }
-        return try IdentityCertificate(der: der)
+        return (try IdentityCertificate(der: der), certificate.notValidBefore...certificate.notValidAfter)
     }
 
     /// BLAKE2b-256 over the length-prefixed parts (RFC 7693), so no two transcripts share an encoding.
@@ -143,5 +158,41 @@ struct HandshakeReader {
 
     func end() throws(ILSError) {
         guard offset == bytes.count else { throw E2EHandshake.failure("message has trailing bytes") }
+    }
+}
+
+/// Peer certificates that passed `E2EHandshake.verifyPeer`, keyed by their DER and the CA they were checked against.
+/// Bounded: when full it starts over (a process talks to a handful of peers; a flood of distinct certificates only
+/// costs what it would without the cache).
+final class VerifiedCertificates: @unchecked Sendable {
+    static let shared = VerifiedCertificates()
+    static let capacity = 1024
+
+    private struct Key: Hashable {
+        let certificate: [UInt8]
+        let authority: Certificate
+    }
+
+    // @unchecked: `entries` is only touched while `lock` is held.
+    private let lock = NSLock()
+    private var entries: [Key: (IdentityCertificate, ClosedRange<Date>)] = [:]
+
+    func lookup(_ der: [UInt8], authority: Certificate, now: Date) -> IdentityCertificate? {
+        let key = Key(certificate: der, authority: authority)
+        guard let (found, validity) = lock.withLock({ entries[key] }), validity.contains(now) else { return nil }
+        return found
+    }
+
+    func remember(
+        _ der: [UInt8],
+        authority: Certificate,
+        verified: IdentityCertificate,
+        validity: ClosedRange<Date>
+    ) {
+        let key = Key(certificate: der, authority: authority)
+        lock.withLock {
+            if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+            entries[key] = (verified, validity)
+        }
     }
 }

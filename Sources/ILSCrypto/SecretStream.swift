@@ -35,6 +35,25 @@ public final class SecretStreamSender {
         )
         return ciphertext
     }
+
+    /// Encrypts `plaintext` straight into `output` (at least `plaintext.count + SecretStream.overhead` bytes), for
+    /// callers that seal into their own buffers without an intermediate array.
+    public func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+        precondition(output.count >= plaintext.count + SecretStream.overhead)
+        let tag = final ? UInt8(crypto_secretstream_xchacha20poly1305_tag_final()) : 0
+        _ = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1) { empty in
+            crypto_secretstream_xchacha20poly1305_push(
+                &state,
+                output.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                nil,
+                plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(empty.baseAddress!),
+                UInt64(plaintext.count),
+                nil,
+                0,
+                tag
+            )
+        }
+    }
 }
 
 public final class SecretStreamReceiver {
@@ -69,6 +88,34 @@ public final class SecretStreamReceiver {
         if final { finished = true }
         return (plaintext, final)
     }
+
+    /// Decrypts `ciphertext` straight into `output` (at least `ciphertext.count - SecretStream.overhead` bytes);
+    /// returns whether it was the FINAL record. Same refusals as `open(_:)`.
+    public func open(
+        _ ciphertext: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) throws(ILSError) -> Bool {
+        guard !finished, ciphertext.count >= SecretStream.overhead,
+            output.count >= ciphertext.count - SecretStream.overhead
+        else { throw SecretStream.invalid }
+        var tag: UInt8 = 0
+        let result = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1) { empty in
+            crypto_secretstream_xchacha20poly1305_pull(
+                &state,
+                output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty.baseAddress!,
+                nil,
+                &tag,
+                ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                UInt64(ciphertext.count),
+                nil,
+                0
+            )
+        }
+        guard result == 0 else { throw SecretStream.invalid }
+        let final = tag == UInt8(crypto_secretstream_xchacha20poly1305_tag_final())
+        if final { finished = true }
+        return final
+    }
 }
 
 public enum SecretStream {
@@ -76,6 +123,9 @@ public enum SecretStream {
     public static let overhead = crypto_secretstream_xchacha20poly1305_abytes()
     public static let keyLength = crypto_secretstream_xchacha20poly1305_keybytes()
     public static let headerLength = crypto_secretstream_xchacha20poly1305_headerbytes()
+
+    /// The refusal for a record that fails authentication (altered, reordered, replayed, after FINAL).
+    public static var invalidRecord: ILSError { invalid }
 
     static let invalid = ILSError(
         ILSError.Code("e2e_record_invalid", exitCode: 70),

@@ -5,7 +5,8 @@ public import NIOCore
 /// The device end of a circuit: runs the handshake as initiator, then encrypts what the app writes and decrypts
 /// what the gateway sends. Writes made before the handshake completes are held (in order) and sent after it.
 ///
-/// Sits above a `FrameDecoder`/`FrameEncoder` pair on whatever carries the circuit.
+/// Sits above a `FrameDecoder` on whatever carries the circuit, and writes framed messages itself (a record is sealed
+/// straight into its framed wire buffer).
 public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHandler {
     public typealias InboundIn = ByteBuffer
     public typealias InboundOut = ByteBuffer
@@ -45,7 +46,10 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     private func start(_ context: ChannelHandlerContext) {
         guard case .idle(let initiator) = state else { return }
         state = .awaitingServerHello(initiator)
-        context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: initiator.clientHello())), promise: nil)
+        context.writeAndFlush(
+            wrapOutboundOut(E2ERecordLayer.frame(initiator.clientHello(), allocator: context.channel.allocator)),
+            promise: nil
+        )
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -61,7 +65,10 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                 let (finished, session) = try initiator.receiveServerHello(message)
                 let layer = E2ERecordLayer(session: session)
                 state = .established(layer)
-                context.write(wrapOutboundOut(ByteBuffer(bytes: finished)), promise: nil)
+                context.write(
+                    wrapOutboundOut(E2ERecordLayer.frame(finished, allocator: context.channel.allocator)),
+                    promise: nil
+                )
                 let (writes, flush) = pending.drain()
                 for (buffer, promise) in writes { send(buffer, layer: layer, context: context, promise: promise) }
                 context.flush()
@@ -77,7 +84,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
             }
         case .established(let layer):
             do {
-                let (plaintext, final) = try layer.open(frame)
+                let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
                 if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
             } catch {
@@ -108,7 +115,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     /// A half-close from the app becomes the FINAL record, so the gateway can tell "done" from "cut".
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .output, case .established(let layer) = state {
-            for record in layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) {
+            layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) { record, _ in
                 context.write(wrapOutboundOut(record), promise: nil)
             }
             context.flush()
@@ -124,9 +131,8 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         context: ChannelHandlerContext,
         promise: EventLoopPromise<Void>?
     ) {
-        let records = layer.seal(buffer, allocator: context.channel.allocator)
-        for (index, record) in records.enumerated() {
-            context.write(wrapOutboundOut(record), promise: index == records.count - 1 ? promise : nil)
+        layer.seal(buffer, allocator: context.channel.allocator) { record, isLast in
+            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
         }
     }
 

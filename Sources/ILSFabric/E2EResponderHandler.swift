@@ -46,12 +46,19 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 if case .deny(let reason) = authorize(peer, service) {
                     state = .failed
                     let channel = context.channel
-                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: E2EHandshake.refusal(reason))))
+                    let refusal = E2ERecordLayer.frame(
+                        E2EHandshake.refusal(reason),
+                        allocator: context.channel.allocator
+                    )
+                    context.writeAndFlush(wrapOutboundOut(refusal))
                         .whenComplete { _ in channel.close(promise: nil) }
                     return
                 }
                 state = .awaitingFinished(responder)
-                context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: serverHello)), promise: nil)
+                context.writeAndFlush(
+                    wrapOutboundOut(E2ERecordLayer.frame(serverHello, allocator: context.channel.allocator)),
+                    promise: nil
+                )
             case .awaitingFinished(let responder):
                 let session = try responder.receiveClientFinished(Array(frame.readableBytesView))
                 state = .established(E2ERecordLayer(session: session))
@@ -62,7 +69,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 try onEstablished(context.channel, event)
                 context.fireUserInboundEventTriggered(event)
             case .established(let layer):
-                let (plaintext, final) = try layer.open(frame)
+                let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
                 if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
             case .failed:
@@ -80,9 +87,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        let records = layer.seal(unwrapOutboundIn(data), allocator: context.channel.allocator)
-        for (index, record) in records.enumerated() {
-            context.write(wrapOutboundOut(record), promise: index == records.count - 1 ? promise : nil)
+        layer.seal(unwrapOutboundIn(data), allocator: context.channel.allocator) { record, isLast in
+            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
         }
     }
 
@@ -91,7 +97,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .output, case .established(let layer) = state {
             // The FINAL record tells the device the response ended here, not that the circuit was cut.
-            for record in layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) {
+            layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) { record, _ in
                 context.write(wrapOutboundOut(record), promise: nil)
             }
             context.flush()

@@ -23,4 +23,8 @@ public enum FabricProtocol {
     /// Per-stream flow-control window: large enough for bulk transfers, small enough that a stalled circuit holds
     /// little memory. Each side buffers at most about this much per circuit.
     public static let streamWindow = 1 << 20
+    /// Connection-level flow-control window: what all circuits of one connection may have in flight together.
+    public static let connectionWindow = 16 << 20
+    /// Largest DATA frame each side accepts (SETTINGS_MAX_FRAME_SIZE): one whole end-to-end record.
+    public static let maximumFrameSize = 128 * 1024
 }

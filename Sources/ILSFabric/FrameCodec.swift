@@ -4,6 +4,8 @@ public import NIOCore
 /// (big-endian), so record boundaries survive any transport that splits or merges bytes.
 ///
 /// Bodies are bounded: a peer that announces more than `maximumBodyLength` is cut off before anything is buffered.
+/// The sending side frames in the end-to-end handlers themselves (`E2ERecordLayer`), sealing each record straight
+/// into its framed wire buffer.
 public final class FrameDecoder: ByteToMessageDecoder {
     public typealias InboundOut = ByteBuffer
 
@@ -24,18 +26,6 @@ public final class FrameDecoder: ByteToMessageDecoder {
 
 public enum FrameError: Error, Equatable {
     case tooLarge(Int)
-}
-
-/// Prefixes outgoing bodies with their length.
-public final class FrameEncoder: MessageToByteEncoder {
-    public typealias OutboundIn = ByteBuffer
-
-    public init() {}
-
-    public func encode(data: ByteBuffer, out: inout ByteBuffer) throws {
-        out.writeInteger(UInt32(data.readableBytes))
-        out.writeImmutableBuffer(data)
-    }
 }
 
 /// How much plaintext one record carries. Bulk transfers fill records up to the maximum; an interactive write (an

@@ -4,10 +4,11 @@ public import NIOHTTP2
 /// One half of the controller's splice between a device's circuit stream and a gateway's: DATA read here is
 /// written to the partner stream, with END_STREAM carried across.
 ///
-/// The two streams usually live on different event loops (different connections), so writes cross threads. Reads
-/// stop while more than `maximumInFlight` bytes are written to the partner but not yet accepted by it; the partner's
-/// HTTP/2 flow control holds those writes while its reader is slow, so a stalled circuit stops its sender (through
-/// this stream's own window) and never grows the relay's memory, while other circuits on the same connections flow.
+/// The two streams usually live on different event loops (different connections), so writes cross threads, once per
+/// read burst. Reads stop while more than `maximumInFlight` bytes are written to the partner but not yet accepted by
+/// it; the partner's HTTP/2 flow control holds those writes while its reader is slow, so a stalled circuit stops its
+/// sender (through this stream's own window) and never grows the relay's memory, while other circuits on the same
+/// connections flow.
 /// The relay only ever sees ciphertext.
 public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     public typealias InboundIn = HTTP2Frame.FramePayload
@@ -19,6 +20,9 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let partner: any Channel
     private var inFlight = 0
     private var pendingRead = false
+    /// DATA read in the current read burst, not yet handed to the partner.
+    private var batch: [HTTP2Frame.FramePayload] = []
+    private var batchBytes = 0
     private var context: ChannelHandlerContext?
     /// Counts relayed bytes, for session listings (`admin sessions`).
     private let onBytes: (@Sendable (Int) -> Void)?
@@ -41,9 +45,32 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let size = payload.data.readableBytes
         inFlight += size
         onBytes?(size)
+        batch.append(.data(payload))
+        batchBytes += size
+    }
+
+    /// Hands everything read in this burst to the partner in one hop to its event loop, with one flush and one
+    /// completion, instead of a cross-thread write, flush and callback per frame.
+    public func channelReadComplete(context: ChannelHandlerContext) {
+        sendBatch(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    private func sendBatch(context: ChannelHandlerContext) {
+        guard !batch.isEmpty else { return }
+        let frames = batch
+        let size = batchBytes
+        batch = []
+        batchBytes = 0
+        let partner = self.partner
         let loop = NIOLoopBound(self, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
-        partner.writeAndFlush(HTTP2Frame.FramePayload.data(payload)).whenComplete { result in
+        let written = partner.eventLoop.makePromise(of: Void.self)
+        partner.eventLoop.execute {
+            for frame in frames.dropLast() { partner.write(frame, promise: nil) }
+            partner.writeAndFlush(frames.last!, promise: written)
+        }
+        written.futureResult.whenComplete { result in
             eventLoop.execute {
                 let handler = loop.value
                 handler.inFlight -= size
@@ -68,6 +95,7 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
+        sendBatch(context: context)
         partner.close(promise: nil)
         context.fireChannelInactive()
     }

@@ -130,7 +130,6 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                 .accept(install: { pipeline in
                     try pipeline.addHandler(StreamDataCodec())
                     try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                    try pipeline.addHandler(MessageToByteHandler(FrameEncoder()))
                     try pipeline.addHandler(
                         E2EResponderHandler(
                             credentials: settings.credentials,

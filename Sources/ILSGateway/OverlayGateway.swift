@@ -192,6 +192,7 @@ public final class OverlayGateway: Service, Sendable {
                 )
             }
         )
+        let logger = self.logger
         return connector.connect(on: eventLoop) { channel in
             _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
                 mode: .server,
@@ -202,6 +203,11 @@ public final class OverlayGateway: Service, Sendable {
                     try stream.pipeline.syncOperations.addHandler(GatewayStreamRouter(settings))
                 }
             }
+            try channel.pipeline.syncOperations.addHandler(
+                FabricConnectionErrorHandler { [logger] error in
+                    logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])
+                }
+            )
         }
     }
 }

@@ -1,10 +1,17 @@
-import Foundation
 import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Writes one line per log event to stderr, as `text` for people or `json` for collectors.
 ///
 /// Callers never put secrets in messages or metadata (no bodies, no query strings, no tokens, no keys); this handler
 /// adds nothing but time, level and label.
+///
+/// It runs once per proxied request (the access log), so it builds each line in one byte buffer with one `write(2)`,
+/// and formats the UTC timestamp by hand: Foundation's date formatting and JSON serialisation cost more than the
+/// proxying itself.
 struct ConsoleLogHandler: LogHandler {
     let label: String
     let format: LogOptions.Format
@@ -24,29 +31,122 @@ struct ConsoleLogHandler: LogHandler {
     func log(event: LogEvent) {
         var merged = metadata
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
-        let timestamp = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
-        let line: String
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
         switch format {
         case .text:
-            var text = "\(timestamp) \(event.level) \(label): \(event.message)"
+            Self.appendTimestamp(to: &line)
+            line.append(contentsOf: " \(event.level) \(label): \(event.message)".utf8)
             for key in merged.keys.sorted() {
-                text += " \(key)=\(Self.quoteIfNeeded("\(merged[key]!)"))"
+                line.append(UInt8(ascii: " "))
+                line.append(contentsOf: key.utf8)
+                line.append(UInt8(ascii: "="))
+                Self.appendQuotedIfNeeded("\(merged[key]!)", to: &line)
             }
-            line = text + "\n"
         case .json:
-            var object: [String: String] = [
-                "ts": timestamp, "level": "\(event.level)", "logger": label,
-                "msg": "\(event.message)",
+            line.append(contentsOf: #"{"ts":""#.utf8)
+            Self.appendTimestamp(to: &line)
+            var fields: [(String, String)] = [
+                ("level", "\(event.level)"), ("logger", label), ("msg", "\(event.message)"),
             ]
-            for (key, value) in merged where object[key] == nil { object[key] = "\(value)" }
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-            line = String(decoding: data, as: UTF8.self) + "\n"
+            let reserved = Set(["ts", "level", "logger", "msg"])
+            for key in merged.keys.sorted() where !reserved.contains(key) { fields.append((key, "\(merged[key]!)")) }
+            line.append(UInt8(ascii: "\""))
+            for (key, value) in fields {
+                line.append(UInt8(ascii: ","))
+                Self.appendJSONString(key, to: &line)
+                line.append(UInt8(ascii: ":"))
+                Self.appendJSONString(value, to: &line)
+            }
+            line.append(UInt8(ascii: "}"))
         }
-        writeToStandardError(line)
+        line.append(UInt8(ascii: "\n"))
+        line.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if written <= 0 { break }
+                offset += written
+            }
+        }
     }
 
-    private static func quoteIfNeeded(_ value: String) -> String {
-        guard value.isEmpty || value.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" }) else { return value }
-        return "\"" + value.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    /// `YYYY-MM-DDTHH:MM:SS.mmm` in UTC.
+    static func appendTimestamp(to line: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func digits(_ value: Int, _ count: Int) {
+            var divisor = 1
+            for _ in 1..<count { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                line.append(UInt8(ascii: "0") + UInt8(rest / divisor % 10))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(Int(parts.tm_year) + 1900, 4)
+        line.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mon) + 1, 2)
+        line.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mday), 2)
+        line.append(UInt8(ascii: "T"))
+        digits(Int(parts.tm_hour), 2)
+        line.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_min), 2)
+        line.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_sec), 2)
+        line.append(UInt8(ascii: "."))
+        digits(Int(now.tv_nsec) / 1_000_000, 3)
+    }
+
+    /// A text-format value: as is, or in double quotes (with `"` and `\` escaped) when it is empty or holds a space,
+    /// a quote, `=` or a control character, so one line always parses back into the same fields.
+    static func appendQuotedIfNeeded(_ value: String, to line: inout [UInt8]) {
+        let needsQuotes =
+            value.isEmpty
+            || value.utf8.contains {
+                $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "=") || $0 < 0x20
+            }
+        guard needsQuotes else {
+            line.append(contentsOf: value.utf8)
+            return
+        }
+        line.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                line.append(UInt8(ascii: "\\"))
+                line.append(byte)
+            case 0x0A: line.append(contentsOf: #"\n"#.utf8)
+            case ..<0x20: line.append(UInt8(ascii: "?"))
+            default: line.append(byte)
+            }
+        }
+        line.append(UInt8(ascii: "\""))
+    }
+
+    /// A JSON string literal (RFC 8259 §7).
+    static func appendJSONString(_ value: String, to line: inout [UInt8]) {
+        let hex = Array("0123456789abcdef".utf8)
+        line.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): line.append(contentsOf: #"\""#.utf8)
+            case UInt8(ascii: "\\"): line.append(contentsOf: #"\\"#.utf8)
+            case 0x0A: line.append(contentsOf: #"\n"#.utf8)
+            case 0x0D: line.append(contentsOf: #"\r"#.utf8)
+            case 0x09: line.append(contentsOf: #"\t"#.utf8)
+            case ..<0x20:
+                line.append(contentsOf: #"\u00"#.utf8)
+                line.append(hex[Int(byte >> 4)])
+                line.append(hex[Int(byte & 0xF)])
+            default: line.append(byte)
+            }
+        }
+        line.append(UInt8(ascii: "\""))
     }
 }

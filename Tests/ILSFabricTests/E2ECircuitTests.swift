@@ -33,7 +33,6 @@ struct CircuitFixture {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                    try pipeline.addHandler(MessageToByteHandler(FrameEncoder()))
                     try pipeline.addHandler(
                         E2EResponderHandler(
                             credentials: gateway,
@@ -83,7 +82,6 @@ struct CircuitFixture {
         return try await TestHTTPConnection(port: port) { pipeline in
             if let tamper { try pipeline.addHandler(tamper) }
             try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-            try pipeline.addHandler(MessageToByteHandler(FrameEncoder()))
             try pipeline.addHandler(E2EInitiatorHandler(credentials: credentials, service: service))
         }
     }

@@ -80,6 +80,31 @@ struct OverlayTests {
         }
     }
 
+    /// swift-nio-http2's defaults end a connection after 200 stream resets in 30 s; a circuit's normal abortive end
+    /// is a reset, so a busy device (or the gateway behind it) must survive many hang-ups at once.
+    @Test("400 live SSE streams cut at once leave the overlay working", .timeLimit(.minutes(2)))
+    func manyHangUpsAtOnce() async throws {
+        try await withCluster { cluster in
+            var streams: [TestHTTPConnection] = []
+            for _ in 0..<400 {
+                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+                try await connection.sendRequest("GET", "/sse?n=1000&interval_ms=50")
+                streams.append(connection)
+            }
+            for connection in streams {
+                #expect(try await connection.readHead().status == 200)
+                _ = try await connection.readBodyPart()
+            }
+            for connection in streams { await connection.close() }
+            for _ in 0..<3 {
+                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+                try await connection.sendRequest("GET", "/health")
+                #expect(try await connection.readHead().status == 200)
+                await connection.close()
+            }
+        }
+    }
+
     @Test("a gateway identity used in a tunnel is refused by policy, at once, and the backend hears nothing")
     func gatewayIdentityCannotDial() async throws {
         try await withCluster { cluster in

@@ -1,0 +1,54 @@
+import ArgumentParser
+
+/// The peer of the benchmark harness (deploy/bench/run.py): a backend that is never the bottleneck, and the load
+/// clients that wrk and curl don't cover.
+@main
+struct ILSBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ils-bench",
+        abstract: "Benchmark backend and load clients for deploy/bench/run.py.",
+        subcommands: [Backend.self, SSE.self]
+    )
+
+    struct Backend: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Serve /bytes/N, /upload, /small and /sse?interval_ms=M on HOST:PORT.",
+            discussion: "Example: ils-bench backend --port 9000"
+        )
+        @Option(help: "Address to listen on.") var host = "127.0.0.1"
+        @Option(help: "Port to listen on.") var port: Int
+        @Option(help: "Event-loop threads.") var threads = 2
+
+        func run() throws { try BenchBackend.run(host: host, port: port, threads: threads) }
+    }
+
+    struct SSE: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Hold many SSE streams open in steps, then measure event delivery latency; prints JSON.",
+            discussion: "Example: ils-bench sse --port 8080 --steps 2500,5000,10000 --hold 5 --measure 10"
+        )
+        @Option(help: "IPv4 address of the path under test.") var host = "127.0.0.1"
+        @Option(help: "Port of the path under test.") var port: Int
+        @Option(help: "Request path.") var path = "/sse?interval_ms=1000"
+        @Option(help: "Stream counts to reach one after another, comma-separated.") var steps = "1000"
+        @Option(help: "Streams opened at once.") var batch = 200
+        @Option(help: "Seconds to hold each step (memory is sampled meanwhile).") var hold = 3
+        @Option(help: "Seconds of latency measurement with every stream open.") var measure = 10
+
+        func run() throws {
+            let counts = steps.split(separator: ",").compactMap { Int($0) }
+            guard !counts.isEmpty else { throw ValidationError("--steps needs numbers, e.g. 1000,2000") }
+            print(
+                try SSERun.run(
+                    host: host,
+                    port: port,
+                    path: path,
+                    steps: counts,
+                    batch: batch,
+                    hold: hold,
+                    measure: measure
+                )
+            )
+        }
+    }
+}

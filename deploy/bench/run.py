@@ -1,0 +1,658 @@
+#!/usr/bin/env python3
+"""ils-gateway benchmark harness: every path side by side, in one run, on 127.0.0.1.
+
+Paths: direct to the backend; the ils overlay (tunnel -> controller -> dark gateway); `ssh -R` through a local sshd;
+ils HTTP mode, plain and TLS; nginx as a reverse proxy, plain and TLS. The backend is `ils-bench backend` (SwiftNIO),
+so the backend is never what limits a path. Writes docs/benchmarks.md and a JSON file of the raw figures.
+
+Run it through deploy/bench/run.sh, which installs what is missing and builds release binaries first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import gc
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1024 * 1024
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Processes and ports
+
+
+PROCESSES: list[subprocess.Popen] = []
+
+
+def stop_all() -> None:
+    for proc in reversed(PROCESSES):
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 5
+    for proc in PROCESSES:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+atexit.register(stop_all)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def start(args: list[str], log: Path, cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        args, cwd=cwd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+    PROCESSES.append(proc)
+    return proc
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def run(args: list[str], cwd: Path, timeout: float = 60) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))} failed ({done.returncode}): {done.stderr.strip()[:500]}")
+    return done.stdout
+
+
+def raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The system under test
+
+
+@dataclass
+class Path_:
+    """One way to reach the backend."""
+
+    name: str
+    port: int
+    tls: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Setup:
+    work: Path
+    bin: Path
+    bench: Path
+    backend_port: int = 0
+    paths: dict[str, Path_] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    controller_port: int = 0
+
+    def ils(self, *args: str, timeout: float = 60) -> str:
+        return run([str(self.bin), *args], cwd=self.work, timeout=timeout)
+
+
+def start_backend(s: Setup) -> None:
+    s.backend_port = free_port()
+    proc = start([str(s.bench), "backend", "--port", str(s.backend_port), "--threads", "2"], s.work / "backend.log", s.work)
+    wait_port(s.backend_port, proc)
+    s.procs["backend"] = proc
+    s.paths["direct"] = Path_("direct", s.backend_port)
+
+
+def make_tls_cert(s: Setup) -> tuple[Path, Path]:
+    cert, key = s.work / "tls.pem", s.work / "tls.key"
+    run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        cwd=s.work,
+    )
+    return cert, key
+
+
+def start_controller(s: Setup, fresh: bool) -> subprocess.Popen:
+    if fresh:
+        s.controller_port = free_port()
+        s.ils("controller", "init", "--state-dir", "controller", "--address", f"https://127.0.0.1:{s.controller_port}")
+    proc = start(
+        [str(s.bin), "controller", "run", "--state-dir", "controller", "--listen", f"127.0.0.1:{s.controller_port}"],
+        s.work / "controller.log",
+        s.work,
+    )
+    wait_port(s.controller_port, proc)
+    s.procs["controller"] = proc
+    return proc
+
+
+def enroll(s: Setup, name: str, role: str) -> float:
+    """Creates and enrolls an identity; returns the wall time of `ils-gateway enroll` in seconds."""
+    token = s.work / f"{name}.jwt"
+    s.ils("admin", "identity", "create", name, "--role", role, "-o", str(token))
+    began = time.perf_counter()
+    s.ils("enroll", str(token))
+    elapsed = time.perf_counter() - began
+    token.unlink()
+    return elapsed
+
+
+def start_tunnel(s: Setup, name: str, port: int) -> subprocess.Popen:
+    proc = start(
+        [str(s.bin), "tunnel", "--identity", f"identities/{name}.json", "--listen", f"127.0.0.1:{port}"],
+        s.work / f"tunnel-{name}.log",
+        s.work,
+    )
+    wait_port(port, proc)
+    return proc
+
+
+def start_overlay(s: Setup) -> None:
+    start_controller(s, fresh=True)
+    enroll(s, "gateway", "gateway")
+    enroll(s, "bench-device", "device")
+    s.procs["gateway"] = start(
+        [str(s.bin), "serve", "--identity", "identities/gateway.json", "--backend", f"http://127.0.0.1:{s.backend_port}"],
+        s.work / "gateway.log",
+        s.work,
+        env={"NETWORKING_MODE": "ziti"},
+    )
+    port = free_port()
+    s.procs["tunnel"] = start_tunnel(s, "bench-device", port)
+    s.paths["overlay"] = Path_("overlay", port)
+    wait_for_overlay(port, timeout=20)
+
+
+def wait_for_overlay(port: int, timeout: float) -> float:
+    """Polls with fresh connections until a request through the tunnel succeeds; returns when (monotonic)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if http_get_status(port, "/small", timeout=1.0) == 200:
+                return time.monotonic()
+        except OSError:
+            pass
+        time.sleep(0.005)
+    raise RuntimeError(f"no answer through the overlay on port {port} within {timeout}s")
+
+
+def http_get_status(port: int, path: str, timeout: float) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while b"\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        parts = data.split(b" ", 2)
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def start_http_mode(s: Setup, cert: Path, key: Path) -> None:
+    plain, secure = free_port(), free_port()
+    backend = f"http://127.0.0.1:{s.backend_port}"
+    s.procs["ils-http"] = start(
+        [str(s.bin), "serve", "--mode", "http", "--plain-http", "--listen", f"127.0.0.1:{plain}", "--backend", backend],
+        s.work / "ils-http.log",
+        s.work,
+    )
+    s.procs["ils-https"] = start(
+        [
+            str(s.bin), "serve", "--mode", "http", "--listen", f"127.0.0.1:{secure}", "--backend", backend,
+            "--tls-cert", str(cert), "--tls-key", str(key),
+        ],
+        s.work / "ils-https.log",
+        s.work,
+    )
+    wait_port(plain, s.procs["ils-http"])
+    wait_port(secure, s.procs["ils-https"])
+    s.paths["ils-http"] = Path_("ils-http", plain)
+    s.paths["ils-https"] = Path_("ils-https", secure, tls=True)
+
+
+NGINX_CONF = """
+worker_processes auto;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log;
+events {{ worker_connections 16384; }}
+http {{
+    access_log {work}/nginx-access.log;
+    client_body_temp_path {work}/nginx-tmp/body;
+    proxy_temp_path {work}/nginx-tmp/proxy;
+    fastcgi_temp_path {work}/nginx-tmp/fastcgi;
+    uwsgi_temp_path {work}/nginx-tmp/uwsgi;
+    scgi_temp_path {work}/nginx-tmp/scgi;
+    upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{plain};
+        listen 127.0.0.1:{secure} ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            client_max_body_size 0;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(s: Setup, cert: Path, key: Path) -> None:
+    plain, secure = free_port(), free_port()
+    (s.work / "nginx-tmp").mkdir(exist_ok=True)
+    conf = s.work / "nginx.conf"
+    conf.write_text(
+        NGINX_CONF.format(work=s.work, backend=s.backend_port, plain=plain, secure=secure, cert=cert, key=key)
+    )
+    s.procs["nginx"] = start(["nginx", "-c", str(conf), "-p", str(s.work), "-g", "daemon off;"], s.work / "nginx.log", s.work)
+    wait_port(plain, s.procs["nginx"])
+    wait_port(secure, s.procs["nginx"])
+    s.paths["nginx-http"] = Path_("nginx-http", plain)
+    s.paths["nginx-https"] = Path_("nginx-https", secure, tls=True)
+
+
+SSHD_CONF = """
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {work}/ssh_host_key
+AuthorizedKeysFile {work}/authorized_keys
+PidFile {work}/sshd.pid
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+AllowTcpForwarding yes
+LogLevel ERROR
+"""
+
+
+def start_ssh(s: Setup) -> str:
+    ssh_port, forward_port = free_port(), free_port()
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    for name in ("ssh_host_key", "ssh_user_key"):
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(s.work / name)], cwd=s.work)
+    shutil.copy(s.work / "ssh_user_key.pub", s.work / "authorized_keys")
+    (s.work / "sshd_config").write_text(SSHD_CONF.format(port=ssh_port, work=s.work))
+    s.procs["sshd"] = start(["/usr/sbin/sshd", "-D", "-e", "-f", str(s.work / "sshd_config")], s.work / "sshd.log", s.work)
+    wait_port(ssh_port, s.procs["sshd"])
+    s.procs["ssh"] = start(
+        [
+            "ssh", "-N", "-T", "-i", str(s.work / "ssh_user_key"), "-p", str(ssh_port),
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+            "-o", "ExitOnForwardFailure=yes", "-R", f"127.0.0.1:{forward_port}:127.0.0.1:{s.backend_port}",
+            f"{os.environ.get('USER', 'root')}@127.0.0.1",
+        ],
+        s.work / "ssh.log",
+        s.work,
+    )
+    wait_port(forward_port, s.procs["ssh"])
+    s.paths["ssh -R"] = Path_("ssh -R", forward_port)
+    version = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
+    return version
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def curl_base(p: Path_) -> list[str]:
+    return ["curl", "-sS", "--fail", "--http1.1"] + (["-k"] if p.tls else [])
+
+
+def download(p: Path_, size: int) -> float:
+    """MiB/s for one GET of `size` bytes, timed by curl from request to last byte."""
+    out = run(curl_base(p) + ["-o", "/dev/null", "-w", "%{size_download} %{time_total}", f"{p.url}/bytes/{size}"],
+              cwd=ROOT, timeout=600)
+    got, seconds = out.split()
+    if int(got) != size:
+        raise RuntimeError(f"{p.name}: downloaded {got} of {size} bytes")
+    return size / MIB / float(seconds)
+
+
+def upload(p: Path_, source: Path, size: int) -> float:
+    """MiB/s for one PUT of `size` bytes; the backend's byte count is checked."""
+    out = run(curl_base(p) + ["-T", str(source), "-w", " %{time_total}", f"{p.url}/upload"], cwd=ROOT, timeout=600)
+    counted, seconds = out.split()
+    if int(counted) != size:
+        raise RuntimeError(f"{p.name}: backend counted {counted} of {size} bytes")
+    return size / MIB / float(seconds)
+
+
+def latency(p: Path_, count: int, warmup: int = 200, gap: float = 0.0005) -> dict:
+    """Sequential keep-alive requests for 1 KiB, each timed from its send to its last byte, 0.5 ms apart."""
+    sock = socket.create_connection(("127.0.0.1", p.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if p.tls:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        sock = context.wrap_socket(sock)
+    request = b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n"
+    samples: list[float] = []
+    buf = b""
+    gc.disable()
+    try:
+        for index in range(warmup + count):
+            began = time.perf_counter_ns()
+            sock.sendall(request)
+            while b"\r\n\r\n" not in buf:
+                buf += sock.recv(65536)
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            buf = rest[length:]
+            elapsed = (time.perf_counter_ns() - began) / 1000
+            if index >= warmup:
+                samples.append(elapsed)
+            time.sleep(gap)
+    finally:
+        gc.enable()
+        sock.close()
+    samples.sort()
+    pick = lambda q: samples[min(len(samples) - 1, max(0, int(q / 100 * len(samples) + 0.999999) - 1))]
+    return {"p50_us": pick(50), "p99_us": pick(99), "max_us": samples[-1], "count": count}
+
+
+def wrk(p: Path_, seconds: int, connections: int, close: bool) -> float:
+    args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
+    if close:
+        args += ["-H", "Connection: close"]
+    out = run(args + [f"{p.url}/small"], cwd=ROOT, timeout=seconds + 60)
+    errors = re.search(r"Socket errors: (.*)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non2xx:
+        raise RuntimeError(f"{p.name}: wrk saw {non2xx.group(1)} non-2xx responses:\n{out}")
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    if errors and not close:
+        print(f"   note: wrk on {p.name}: socket errors {errors.group(1)}", file=sys.stderr)
+    return rate
+
+
+def slope(points: list[tuple[int, int]]) -> float:
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    num = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    den = sum((x - mean_x) ** 2 for x, _ in points)
+    return num / den if den else float("nan")
+
+
+def sse_memory(s: Setup, streams: int, measure: int) -> dict:
+    """Holds `streams` idle SSE streams through the overlay in 4 steps; fits resident KiB per stream in each process."""
+    watched = {name: s.procs[name].pid for name in ("tunnel", "controller", "gateway")}
+    samples: dict[str, list[tuple[int, int]]] = {name: [(0, rss_kib(pid))] for name, pid in watched.items()}
+    steps = [streams * k // 4 for k in (1, 2, 3, 4)]
+    proc = subprocess.Popen(
+        [
+            str(s.bench), "sse", "--port", str(s.paths["overlay"].port), "--steps", ",".join(map(str, steps)),
+            "--hold", "3", "--measure", str(measure), "--batch", "250",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    PROCESSES.append(proc)
+    result = None
+    for line in proc.stdout:
+        if line.startswith("STEP"):
+            count = int(line.split()[1])
+            time.sleep(1.5)  # let the step settle; the client holds it for 3 s
+            for name, pid in watched.items():
+                samples[name].append((count, rss_kib(pid)))
+            print(f"   {count} streams open after {line.split()[2]} s: "
+                  + ", ".join(f"{n} {samples[n][-1][1] / 1024:.0f} MiB" for n in watched), flush=True)
+        elif line.startswith("{"):
+            result = json.loads(line)
+    proc.wait(timeout=60)
+    if result is None:
+        raise RuntimeError(f"ils-bench sse failed: {proc.stderr.read()[-2000:]}")
+    result["kib_per_stream"] = {name: slope(points) for name, points in samples.items()}
+    result["rss_samples_kib"] = samples
+    return result
+
+
+def open_sse(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"GET /sse?interval_ms=100 HTTP/1.1\r\nHost: bench\r\n\r\n")
+    data = b""
+    while b"data: " not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise RuntimeError("SSE stream closed before its first event")
+        data += chunk
+    return sock
+
+
+def revocation(s: Setup, trials: int) -> dict:
+    """Per trial: a new device, enrolled, with its own tunnel and a live SSE stream; revoke it and time the close."""
+    after_return, after_start, enrollments = [], [], []
+    for trial in range(trials):
+        name = f"revoke-{trial}"
+        enrollments.append(enroll(s, name, "device"))
+        port = free_port()
+        tunnel = start_tunnel(s, name, port)
+        sock = open_sse(port)
+        sock.settimeout(10)
+        closed_at: list[float] = []
+
+        def reader() -> None:
+            try:
+                while sock.recv(65536):
+                    pass
+            except OSError:
+                pass
+            closed_at.append(time.perf_counter())
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        began = time.perf_counter()
+        s.ils("admin", "identity", "revoke", name)
+        returned = time.perf_counter()
+        thread.join(timeout=10)
+        sock.close()
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+        if not closed_at or closed_at[0] - began > 9:
+            raise RuntimeError(f"trial {trial}: the revoked device's stream did not close")
+        after_return.append((closed_at[0] - returned) * 1000)
+        after_start.append((closed_at[0] - began) * 1000)
+    return {
+        "after_return_ms": percentiles(after_return),
+        "after_start_ms": percentiles(after_start),
+        "enroll_ms": percentiles([e * 1000 for e in enrollments]),
+        "trials": trials,
+    }
+
+
+def percentiles(values: list[float]) -> dict:
+    values = sorted(values)
+    pick = lambda q: values[min(len(values) - 1, max(0, int(q / 100 * len(values) + 0.999999) - 1))]
+    return {"p50": pick(50), "p99": pick(99), "min": values[0], "max": values[-1]}
+
+
+def controller_restart(s: Setup, trials: int) -> dict:
+    """Stops the controller (SIGTERM), starts it again, and times from its port accepting to a request through the
+    same tunnel and gateway succeeding."""
+    recovery = []
+    port = s.paths["overlay"].port
+    for _ in range(trials):
+        proc = s.procs["controller"]
+        proc.terminate()
+        proc.wait(timeout=30)
+        time.sleep(0.5)
+        start_controller(s, fresh=False)
+        back = time.monotonic()
+        ok = wait_for_overlay(port, timeout=30)
+        recovery.append((ok - back) * 1000)
+        time.sleep(0.5)
+    return percentiles(recovery)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    versions = {}
+    for name, args in {
+        "swift": ["swift", "--version"],
+        "nginx": ["nginx", "-v"],
+        "ssh": ["ssh", "-V"],
+        "curl": ["curl", "--version"],
+        "wrk": ["wrk", "--version"],
+    }.items():
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=20)
+            versions[name] = (done.stdout + done.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            versions[name] = "not found"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "versions": versions,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", required=True, help="release ils-gateway binary")
+    parser.add_argument("--bench", required=True, help="release ils-bench binary")
+    parser.add_argument("--size-mib", type=int, default=512, help="bulk transfer size (default 512)")
+    parser.add_argument("--streams", type=int, default=10000, help="idle SSE streams (default 10000)")
+    parser.add_argument("--seconds", type=int, default=8, help="duration of each wrk run (default 8)")
+    parser.add_argument("--latency-count", type=int, default=3000)
+    parser.add_argument("--revocations", type=int, default=20)
+    parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated measurement names to run (default all)")
+    parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
+    parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    want = lambda name: not only or name in only
+
+    raise_fd_limit()
+    work = Path(tempfile.mkdtemp(prefix="ils-bench-"))
+    print(f"== working in {work}", flush=True)
+    s = Setup(work=work, bin=Path(args.bin).resolve(), bench=Path(args.bench).resolve())
+    started = time.monotonic()
+    results: dict = {"machine": machine(), "config": vars(args), "paths": {}}
+
+    start_backend(s)
+    cert, key = make_tls_cert(s)
+    start_overlay(s)
+    results["machine"]["versions"]["ssh"] = start_ssh(s)
+    start_http_mode(s, cert, key)
+    start_nginx(s, cert, key)
+    order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "ils-https", "nginx-https"]
+
+    size = args.size_mib * MIB
+    source = Path("/dev/shm") / f"ils-bench-upload-{os.getpid()}.bin"
+    if want("throughput"):
+        with source.open("wb") as out:
+            out.truncate(size)
+        atexit.register(lambda: source.unlink(missing_ok=True))
+
+    for name in order:
+        p = s.paths[name]
+        row: dict = {}
+        print(f"== {name} ({p.url})", flush=True)
+        if want("throughput"):
+            row["download_mib_s"] = download(p, size)
+            row["upload_mib_s"] = upload(p, source, size)
+            print(f"   download {row['download_mib_s']:.0f} MiB/s, upload {row['upload_mib_s']:.0f} MiB/s", flush=True)
+        if want("latency"):
+            row["latency"] = latency(p, args.latency_count)
+            print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
+        if want("rps"):
+            row["rps"] = wrk(p, args.seconds, 32, close=False)
+            print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections)", flush=True)
+        if want("circuits") and name in ("direct", "overlay", "ssh -R"):
+            row["new_connections_s"] = wrk(p, args.seconds, 32, close=True)
+            print(f"   {row['new_connections_s']:.0f} new connections/s", flush=True)
+        results["paths"][name] = row
+
+    if want("sse"):
+        print(f"== {args.streams} idle SSE streams through the overlay", flush=True)
+        results["sse"] = sse_memory(s, args.streams, measure=10)
+        print(f"   {json.dumps(results['sse']['kib_per_stream'])} KiB/stream; "
+              f"delivery p99 {results['sse']['p99_us'] / 1000:.1f} ms", flush=True)
+    if want("revocation"):
+        print(f"== revocation, {args.revocations} trials", flush=True)
+        results["revocation"] = revocation(s, args.revocations)
+        print(f"   {json.dumps(results['revocation'])}", flush=True)
+    if want("restart"):
+        print(f"== controller restart, {args.restarts} trials", flush=True)
+        results["restart_ms"] = controller_restart(s, args.restarts)
+        print(f"   {json.dumps(results['restart_ms'])}", flush=True)
+
+    results["duration_s"] = time.monotonic() - started
+    stop_all()
+    Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from report import render  # noqa: E402
+
+    Path(args.markdown).write_text(render(results))
+    print(f"== done in {results['duration_s']:.0f} s; wrote {args.markdown} and {args.json}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
