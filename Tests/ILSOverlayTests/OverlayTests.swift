@@ -81,27 +81,23 @@ struct OverlayTests {
     }
 
     /// swift-nio-http2's defaults end a connection after 200 stream resets in 30 s; a circuit's normal abortive end
-    /// is a reset, so a busy device (or the gateway behind it) must survive many hang-ups at once.
-    @Test("400 live SSE streams cut at once leave the overlay working", .timeLimit(.minutes(2)))
-    func manyHangUpsAtOnce() async throws {
+    /// is a reset, so a busy device (or the gateway behind it) must survive many hang-ups in a row. With the defaults,
+    /// the circuit in flight when the 200th reset tears the connection down fails.
+    @Test("300 clients hanging up mid-stream in a row leave every circuit and the overlay working")
+    func manyHangUps() async throws {
         try await withCluster { cluster in
-            var streams: [TestHTTPConnection] = []
-            for _ in 0..<400 {
+            for index in 0..<300 {
                 let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
-                try await connection.sendRequest("GET", "/sse?n=1000&interval_ms=50")
-                streams.append(connection)
-            }
-            for connection in streams {
-                #expect(try await connection.readHead().status == 200)
-                _ = try await connection.readBodyPart()
-            }
-            for connection in streams { await connection.close() }
-            for _ in 0..<3 {
-                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
-                try await connection.sendRequest("GET", "/health")
-                #expect(try await connection.readHead().status == 200)
+                try await connection.sendRequest("GET", "/sse?n=1000&interval_ms=1000")
+                let head = try await connection.readHead()
+                #expect(head.status == 200, "hang-up \(index)")
+                #expect(try await connection.readBodyPart() != nil, "hang-up \(index)")
                 await connection.close()
             }
+            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
+            await connection.close()
         }
     }
 
