@@ -12,6 +12,7 @@ if ! command -v systemd-analyze >/dev/null; then
 fi
 BIN=${ILS_BIN:-$(swift build --show-bin-path)/ils-gateway}
 [ -x "$BIN" ] || { echo "no ils-gateway binary at $BIN; build it first (swift build)" >&2; exit 1; }
+BIN=$(realpath "$BIN")   # ExecStart= takes absolute paths only
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
