@@ -27,9 +27,9 @@ public struct ConfigLayers: Sendable {
         return nil
     }
 
-    /// A switch: present on the command line turns it on; otherwise the file decides; otherwise off.
-    public func boolean(_ key: ConfigKey, flag: Bool) -> Bool {
-        if flag { return true }
+    /// A switch: `--name` or `--no-name` on the command line decides; otherwise the file; otherwise off.
+    public func boolean(_ key: ConfigKey, flag: Bool?) -> Bool {
+        if let flag { return flag }
         if case .boolean(let value)? = file?.values[key.name] { return value }
         return false
     }

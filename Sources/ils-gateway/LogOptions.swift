@@ -52,8 +52,8 @@ struct MetricsOptions: ParsableArguments {
     @Option(help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).")
     var metrics: String?
 
-    @Flag(help: "Allow a non-loopback --metrics address.")
-    var metricsAllowRemote = false
+    @Flag(inversion: .prefixedNo, help: "Allow a non-loopback --metrics address. Default: off.")
+    var metricsAllowRemote: Bool?
 
     /// Bootstraps metrics (before anything counts) and returns the listener to run, when asked for.
     func server(

@@ -68,8 +68,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "HTTP mode: PEM private key for TLS. Env: ILS_TLS_KEY.")
     var tlsKey: String?
 
-    @Flag(help: "HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback.")
-    var plainHTTP = false
+    @Flag(
+        inversion: .prefixedNo,
+        help: "HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback. Default: off."
+    )
+    var plainHTTP: Bool?
 
     @Option(help: "How long the backend may take to send response headers. Streams are never cut. Default: 300s.")
     var backendHeaderTimeout: String?

@@ -31,8 +31,11 @@ struct TunnelCommand: AsyncParsableCommand {
     @Option(help: "HOST:PORT to listen on. Env: ILS_LISTEN. Default: 127.0.0.1:8080.")
     var listen: String?
 
-    @Flag(help: "Allow a non-loopback --listen address (anyone who reaches it acts as this device).")
-    var allowRemote = false
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Allow a non-loopback --listen address (anyone who reaches it acts as this device). Default: off."
+    )
+    var allowRemote: Bool?
 
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions

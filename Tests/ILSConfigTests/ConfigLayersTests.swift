@@ -48,15 +48,16 @@ struct ConfigLayersTests {
         #expect(layers.integer(.backendMaxConnections, flag: 3) == 3)
     }
 
-    @Test("a switch is on when the flag is given, else as the file says")
+    @Test("a switch follows --name or --no-name when given, else the file, else it is off")
     func switches() {
         let on = layers(file: ["plain-http": .boolean(true)], environment: [:])
         let off = layers(file: ["plain-http": .boolean(false)], environment: [:])
         let none = layers(file: nil, environment: [:])
-        #expect(on.boolean(.plainHTTP, flag: false))
-        #expect(!off.boolean(.plainHTTP, flag: false))
+        #expect(on.boolean(.plainHTTP, flag: nil))
+        #expect(!on.boolean(.plainHTTP, flag: false))
+        #expect(!off.boolean(.plainHTTP, flag: nil))
         #expect(off.boolean(.plainHTTP, flag: true))
-        #expect(!none.boolean(.plainHTTP, flag: false))
+        #expect(!none.boolean(.plainHTTP, flag: nil))
     }
 
     @Test("a value that must parse is refused with the file's name when the file holds a bad one")

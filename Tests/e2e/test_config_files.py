@@ -117,6 +117,9 @@ def test_precedence_flag_over_environment_over_file(ils_bin: Path, tmp: Path) ->
     listens_on(ils_bin, tmp, env_port, base, env(ILS_LISTEN=f"127.0.0.1:{env_port}"))
     listens_on(ils_bin, tmp, flag_port, base + ["--listen", f"127.0.0.1:{flag_port}"],
                env(ILS_LISTEN=f"127.0.0.1:{env_port}"))
+    # A switch set in the file is turned off by its --no- flag: without cleartext, HTTP mode wants certificates.
+    result = run(ils_bin, "serve", *base, "--no-plain-http", cwd=tmp)
+    assert result.returncode == 64 and "needs --tls-cert and --tls-key" in result.stderr, result.stderr
     # The environment's mode beats the file's: NETWORKING_MODE=ziti makes it an overlay gateway, which then wants
     # its identity file (absent here) instead of listening.
     result = run(ils_bin, "serve", *base, cwd=tmp, environment=env(NETWORKING_MODE="ziti"))

@@ -230,7 +230,7 @@ _ils-gateway_controller_init() {
 
 _ils-gateway_controller_run() {
     repeating_flags=()
-    non_repeating_flags=(--metrics-allow-remote --version -h --help)
+    non_repeating_flags=(--metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
     non_repeating_options=(--state-dir --listen --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
@@ -520,7 +520,7 @@ _ils-gateway_enroll() {
 
 _ils-gateway_serve() {
     repeating_flags=()
-    non_repeating_flags=(--plain-http --metrics-allow-remote --version -h --help)
+    non_repeating_flags=(--plain-http --no-plain-http --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
     non_repeating_options=(--mode --identity --service --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
@@ -586,7 +586,7 @@ _ils-gateway_serve() {
 
 _ils-gateway_tunnel() {
     repeating_flags=()
-    non_repeating_flags=(--allow-remote --metrics-allow-remote --version -h --help)
+    non_repeating_flags=(--allow-remote --no-allow-remote --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
     non_repeating_options=(--identity --service --listen --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
