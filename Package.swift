@@ -31,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         .systemLibrary(
@@ -143,6 +144,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// Config files for the long-running roles: YAML keys named like the long flags, checked against one schema
+        /// per command, and the flag > environment > file > default order.
+        .target(
+            name: "ILSConfig",
+            dependencies: [
+                "ILSCore",
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ILSObservability",
             dependencies: [
@@ -205,6 +216,7 @@ let package = Package(
                 "ILSClient",
                 "ILSTunnel",
                 "ILSObservability",
+                "ILSConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -226,6 +238,11 @@ let package = Package(
         .testTarget(
             name: "ILSCoreTests",
             dependencies: ["ILSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSConfigTests",
+            dependencies: ["ILSCore", "ILSConfig"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -11,6 +11,7 @@ pkg-config --exists libsodium 2>/dev/null || need_apt+=(libsodium-dev pkg-config
 pkg-config --exists sqlite3 2>/dev/null || need_apt+=(libsqlite3-dev pkg-config)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v sqlite3 >/dev/null || need_apt+=(sqlite3)   # docs/operations.md's online backup
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2
@@ -18,7 +19,7 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import fastapi, uvicorn, sse_starlette, httpx, websockets, pytest' 2>/dev/null; then
+if ! python3 -c 'import fastapi, uvicorn, sse_starlette, httpx, websockets, pytest, yaml' 2>/dev/null; then
     echo "installing Python packages from deploy/backend/requirements.txt" >&2
     python3 -m pip install -q --disable-pip-version-check -r deploy/backend/requirements.txt \
         || python3 -m pip install -q --disable-pip-version-check --break-system-packages -r deploy/backend/requirements.txt

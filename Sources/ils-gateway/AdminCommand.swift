@@ -38,7 +38,12 @@ struct AdminIdentityOption: ParsableArguments {
 struct AuditCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
-        abstract: "Show the audit log: admin actions, enrollments and refusals, with time and actor."
+        abstract: "Show the audit log: admin actions, enrollments and refusals, with time and actor.",
+        discussion: """
+            Examples:
+              ils-gateway admin audit --since 24h
+              ils-gateway admin audit --json
+            """
     )
 
     @ParentCommand var admin: AdminCommand
@@ -70,7 +75,12 @@ struct AuditCommand: AsyncParsableCommand {
 struct SessionsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sessions",
-        abstract: "List live circuits: device, service, gateway, start time, bytes each way."
+        abstract: "List live circuits: device, service, gateway, start time, bytes each way.",
+        discussion: """
+            Examples:
+              ils-gateway admin sessions
+              ils-gateway admin --identity identities/admin.json sessions --json
+            """
     )
 
     @ParentCommand var admin: AdminCommand

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ILSConfig
 import ILSController
 import ILSCore
 import Logging
@@ -9,7 +10,12 @@ struct ControllerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "controller",
         abstract: "Create and run the overlay controller (CA, identity store, enrollment, admin API).",
-        subcommands: [Init.self, Run.self]
+        discussion: """
+            Examples:
+              ils-gateway controller init --state-dir /var/lib/ils --address https://ctl.example.net:7443
+              ils-gateway controller run --state-dir /var/lib/ils
+            """,
+        subcommands: [Init.self, Run.self, RotateTLS.self]
     )
 
     struct StateDirectory: ParsableArguments {
@@ -58,30 +64,41 @@ struct ControllerCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Serve enrollment and the admin API on the controller's one TLS port.",
             discussion: """
-                Example:
+                Each setting comes from its flag, else its environment variable, else the --config file, else the \
+                default.
+
+                Examples:
                   ils-gateway controller run --state-dir /var/lib/ils --listen 0.0.0.0:7443
+                  ils-gateway controller run --config /etc/ils-gateway/controller.yaml
                 """
         )
 
         @OptionGroup var state: StateDirectory
 
-        @Option(help: "HOST:PORT to listen on. Default: 0.0.0.0 and the port of the controller address.")
+        @Option(help: "HOST:PORT to listen on. Env: ILS_LISTEN. Default: 0.0.0.0 and the controller address's port.")
         var listen: String?
 
+        @OptionGroup var configOptions: ConfigOptions
         @OptionGroup var logOptions: LogOptions
         @OptionGroup var metricsOptions: MetricsOptions
 
         func run() async throws {
-            let directory = try state.resolved()
+            let layers = try configOptions.layers(.controllerRun)
+            guard let directory = layers.string(.stateDir, flag: state.stateDir) else {
+                throw ILSError(
+                    .invalidArgument,
+                    "give --state-dir DIR (or set ILS_STATE_DIR, or state-dir in the config file)"
+                )
+            }
             let controllerState = try ControllerState.load(directory: directory)
             let listenAddress: HostPort
-            if let listen = listen ?? ProcessEnvironment()["ILS_LISTEN"] {
+            if let listen = layers.string(.listen, flag: listen) {
                 listenAddress = try HostPort(parsing: listen)
             } else {
                 listenAddress = HostPort(host: "0.0.0.0", port: controllerState.address.port)
             }
-            let logger = logOptions.bootstrap(label: "ils-controller")
-            let metrics = try metricsOptions.server(logger: logger, ready: { true })
+            let logger = try logOptions.bootstrap(label: "ils-controller", layers: layers)
+            let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
             let server = try ControllerServer(state: controllerState, listen: listenAddress, logger: logger)
             if let metrics {
                 try await runUntilSignalled(server, metrics, logger: logger)

@@ -27,10 +27,17 @@ struct ILSGatewayCommand: AsyncParsableCommand {
               status      who this identity is and whether it is accepted
               renew       a new certificate without a token
 
+            Examples:
+              ils-gateway controller init --state-dir ctl --address https://127.0.0.1:7443
+              ils-gateway serve --config /etc/ils-gateway/gateway.yaml
+              ils-gateway --generate-completion-script bash
+
             Exit status: 0 success, 64 bad arguments, 65 unreadable input,
             67 not found, 69 unreachable, 70 internal error, 73 cannot write,
             77 permission denied, 79 conflict, 80-88 enrollment refusals
-            (see ils-gateway enroll --help).
+            (see ils-gateway enroll --help), 90-94 config file refused
+            (90 missing, 91 unreadable, 92 not YAML, 93 unknown or
+            repeated key, 94 wrong type).
             """,
         version: "0.1.0",
         subcommands: [

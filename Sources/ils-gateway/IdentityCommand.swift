@@ -11,6 +11,11 @@ struct IdentityCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "identity",
         abstract: "Create, list, show, delete and reissue identities.",
+        discussion: """
+            Examples:
+              ils-gateway admin identity create laptop --role device -o laptop.jwt
+              ils-gateway admin identity list
+            """,
         subcommands: [
             Create.self, List.self, Show.self, Revoke.self, Disable.self, Enable.self, Delete.self, Reissue.self,
         ]
@@ -64,7 +69,14 @@ struct IdentityCommand: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List identities with role and state.")
+        static let configuration = CommandConfiguration(
+            abstract: "List identities with role and state.",
+            discussion: """
+                Examples:
+                  ils-gateway admin identity list
+                  ils-gateway admin identity list --json
+                """
+        )
 
         @ParentCommand var identityCommand: IdentityCommand
         @OptionGroup var identityOption: AdminIdentityOption
@@ -94,7 +106,13 @@ struct IdentityCommand: AsyncParsableCommand {
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show one identity.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show one identity.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity show ipad
+                """
+        )
 
         @ParentCommand var identityCommand: IdentityCommand
         @OptionGroup var identityOption: AdminIdentityOption
@@ -149,7 +167,11 @@ struct IdentityCommand: AsyncParsableCommand {
     struct Disable: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract:
-                "Block an identity for now (e.g. a device left somewhere); its live circuits end. Undo with enable."
+                "Block an identity for now (e.g. a device left somewhere); its live circuits end. Undo with enable.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity disable ipad
+                """
         )
 
         @ParentCommand var identityCommand: IdentityCommand
@@ -164,7 +186,13 @@ struct IdentityCommand: AsyncParsableCommand {
     }
 
     struct Enable: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Let a disabled identity back in.")
+        static let configuration = CommandConfiguration(
+            abstract: "Let a disabled identity back in.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity enable ipad
+                """
+        )
 
         @ParentCommand var identityCommand: IdentityCommand
         @OptionGroup var identityOption: AdminIdentityOption
@@ -179,7 +207,11 @@ struct IdentityCommand: AsyncParsableCommand {
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Delete an identity; its certificate stops being accepted."
+            abstract: "Delete an identity; its certificate stops being accepted.",
+            discussion: """
+                Example:
+                  ils-gateway admin identity delete old-laptop
+                """
         )
 
         @ParentCommand var identityCommand: IdentityCommand

@@ -1,4 +1,5 @@
 public import ArgumentParser
+import ILSConfig
 import ILSCore
 import ILSObservability
 public import Logging
@@ -11,16 +12,16 @@ struct LogOptions: ParsableArguments {
         case json
     }
 
-    @Option(help: "Least severe level logged: trace, debug, info, notice, warning, error or critical.")
-    var logLevel: Logger.Level = .info
+    @Option(help: "Least severe level logged: trace, debug, info, notice, warning, error or critical. Default: info.")
+    var logLevel: Logger.Level?
 
-    @Option(help: "text for people, json for log collectors (one object per line).")
-    var logFormat: Format = .text
+    @Option(help: "text for people, json for log collectors (one object per line). Default: text.")
+    var logFormat: Format?
 
     /// Installs the process-wide log handler and returns the command's logger.
-    func bootstrap(label: String) -> Logger {
-        let level = logLevel
-        let format = logFormat
+    func bootstrap(label: String, layers: ConfigLayers) throws(ILSError) -> Logger {
+        let level = try layers.parsed(.logLevel, flag: logLevel) { Logger.Level(rawValue: $0) } ?? .info
+        let format = try layers.parsed(.logFormat, flag: logFormat) { Format(rawValue: $0) } ?? .text
         LoggingSystem.bootstrap { name in
             var handler = ConsoleLogHandler(label: name, format: format)
             handler.logLevel = level
@@ -51,15 +52,19 @@ struct MetricsOptions: ParsableArguments {
     @Option(help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).")
     var metrics: String?
 
-    @Flag(help: "Allow a non-loopback --metrics address.")
-    var metricsAllowRemote = false
+    @Flag(inversion: .prefixedNo, help: "Allow a non-loopback --metrics address. Default: off.")
+    var metricsAllowRemote: Bool?
 
     /// Bootstraps metrics (before anything counts) and returns the listener to run, when asked for.
-    func server(logger: Logger, ready: @escaping @Sendable () -> Bool) throws(ILSError) -> MetricsServer? {
-        guard let metrics else { return nil }
+    func server(
+        logger: Logger,
+        layers: ConfigLayers,
+        ready: @escaping @Sendable () -> Bool
+    ) throws(ILSError) -> MetricsServer? {
+        guard let metrics = layers.string(.metrics, flag: metrics) else { return nil }
         return try MetricsServer(
             listen: try HostPort(parsing: metrics),
-            allowRemote: metricsAllowRemote,
+            allowRemote: layers.boolean(.metricsAllowRemote, flag: metricsAllowRemote),
             logger: logger,
             ready: ready
         )

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ILSClient
+import ILSConfig
 import ILSCore
 import ILSGateway
 import ILSProxy
@@ -32,8 +33,12 @@ struct ServeCommand: AsyncParsableCommand {
             before forwarding it to the backend:
               ils-gateway serve --identity identities/gateway.json --backend http://127.0.0.1:8000
 
-            Environment, used when the flag is absent: NETWORKING_MODE, BACKEND_URL, ILS_LISTEN, ILS_TLS_CERT, \
-            ILS_TLS_KEY. SIGTERM or SIGINT stops accepting and drains open requests for up to --drain-timeout.
+            With a config file (keys named like the long flags; see deploy/config/gateway.yaml):
+              ils-gateway serve --config /etc/ils-gateway/gateway.yaml
+
+            Each setting comes from its flag, else its environment variable (NETWORKING_MODE, BACKEND_URL, \
+            ILS_IDENTITY, ILS_SERVICE, ILS_LISTEN, ILS_TLS_CERT, ILS_TLS_KEY), else the --config file, else the \
+            default. SIGTERM or SIGINT stops accepting and drains open requests for up to --drain-timeout.
             """
     )
 
@@ -63,43 +68,47 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "HTTP mode: PEM private key for TLS. Env: ILS_TLS_KEY.")
     var tlsKey: String?
 
-    @Flag(help: "HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback.")
-    var plainHTTP = false
+    @Flag(
+        inversion: .prefixedNo,
+        help: "HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback. Default: off."
+    )
+    var plainHTTP: Bool?
 
-    @Option(help: "How long the backend may take to send response headers (e.g. 300s). Streams are never cut.")
-    var backendHeaderTimeout: String = "300s"
+    @Option(help: "How long the backend may take to send response headers. Streams are never cut. Default: 300s.")
+    var backendHeaderTimeout: String?
 
-    @Option(help: "How long connecting to the backend may take.")
-    var backendConnectTimeout: String = "5s"
+    @Option(help: "How long connecting to the backend may take. Default: 5s.")
+    var backendConnectTimeout: String?
 
-    @Option(help: "Most connections open to the backend at once.")
-    var backendMaxConnections: Int = 16384
+    @Option(help: "Most connections open to the backend at once. Default: 16384.")
+    var backendMaxConnections: Int?
 
-    @Option(help: "How long a client connection may stay open with no request in progress (also bounds slow headers).")
-    var idleTimeout: String = "60s"
+    @Option(
+        help:
+            "How long a client connection may stay open with no request in progress (also bounds slow headers). Default: 60s."
+    )
+    var idleTimeout: String?
 
-    @Option(help: "How long a client may read nothing of a response before the exchange is given up.")
-    var clientStallTimeout: String = "600s"
+    @Option(help: "How long a client may read nothing of a response before the exchange is given up. Default: 600s.")
+    var clientStallTimeout: String?
 
-    @Option(help: "On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed.")
-    var drainTimeout: String = "30s"
+    @Option(help: "On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed. Default: 30s.")
+    var drainTimeout: String?
 
+    @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
 
     func run() async throws {
-        let environment = ProcessEnvironment()
-        let modeName = mode?.rawValue ?? environment["NETWORKING_MODE"] ?? Mode.ziti.rawValue
-        guard let mode = Mode(rawValue: modeName) else {
-            throw ILSError(.invalidArgument, "NETWORKING_MODE must be ziti or http, not '\(modeName)'")
-        }
+        let layers = try configOptions.layers(.serve)
+        let mode = try layers.parsed(.mode, flag: mode) { Mode(rawValue: $0) } ?? .ziti
         if mode == .ziti {
-            try await runOverlay(environment: environment)
+            try await runOverlay(layers: layers)
             return
         }
-        let configuration = try httpConfiguration(environment: environment)
-        let logger = logOptions.bootstrap(label: "ils-gateway")
-        let metrics = try metricsOptions.server(logger: logger, ready: { true })
+        let configuration = try httpConfiguration(layers: layers)
+        let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
+        let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
         if let metrics {
             try await runUntilSignalled(server, metrics, logger: logger)
@@ -108,30 +117,29 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func runOverlay(environment: ProcessEnvironment) async throws {
-        let path = identity ?? environment["ILS_IDENTITY"] ?? "identities/gateway.json"
+    private func runOverlay(layers: ConfigLayers) async throws {
+        let path = layers.string(.identity, flag: identity) ?? "identities/gateway.json"
+        let proxy = try proxyConfiguration(layers: layers)
+        let service = layers.string(.service, flag: service) ?? "claude-api"
+        let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
         let file = try await Renewal.renewIfDue(path: path)
-        let backendURL = try BackendURL(parsing: backend ?? environment["BACKEND_URL"] ?? "http://127.0.0.1:8000")
-        var proxy = ProxyConfiguration(backend: backendURL)
-        proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")
-        proxy.backendConnectTimeout = try positive(backendConnectTimeout, "--backend-connect-timeout")
-        proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
-        proxy.clientStallTimeout = try positive(clientStallTimeout, "--client-stall-timeout")
-        proxy.backendMaxConnections = backendMaxConnections
-        let logger = logOptions.bootstrap(label: "ils-gateway")
         let holder = GatewayHolder()
-        let metrics = try metricsOptions.server(logger: logger, ready: { holder.gateway?.isHosting ?? false })
+        let metrics = try metricsOptions.server(
+            logger: logger,
+            layers: layers,
+            ready: { holder.gateway?.isHosting ?? false }
+        )
         let gateway = try OverlayGateway(
             identity: file,
             identityPath: path,
-            service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
+            service: service,
             proxy: proxy,
             logger: logger
         )
         logger.info(
             "serving overlay mode (no listening socket)",
             metadata: [
-                "identity": "\(file.identity.name)", "backend": "\(backendURL)",
+                "identity": "\(file.identity.name)", "backend": "\(proxy.backend)",
             ]
         )
         holder.gateway = gateway
@@ -142,18 +150,32 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func httpConfiguration(environment: ProcessEnvironment) throws(ILSError) -> HTTPModeConfiguration {
-        let backendURL = try BackendURL(parsing: backend ?? environment["BACKEND_URL"] ?? "http://127.0.0.1:8000")
+    private func proxyConfiguration(layers: ConfigLayers) throws(ILSError) -> ProxyConfiguration {
+        let backendURL = try BackendURL(parsing: layers.string(.backend, flag: backend) ?? "http://127.0.0.1:8000")
+        let maxConnections = layers.integer(.backendMaxConnections, flag: backendMaxConnections) ?? 16384
+        guard maxConnections > 0 else {
+            throw ILSError(.invalidArgument, "--backend-max-connections must be at least 1")
+        }
+        var proxy = ProxyConfiguration(backend: backendURL)
+        proxy.backendHeaderTimeout = try positive(.backendHeaderTimeout, backendHeaderTimeout, "300s", layers)
+        proxy.backendConnectTimeout = try positive(.backendConnectTimeout, backendConnectTimeout, "5s", layers)
+        proxy.clientIdleTimeout = try positive(.idleTimeout, idleTimeout, "60s", layers)
+        proxy.clientStallTimeout = try positive(.clientStallTimeout, clientStallTimeout, "600s", layers)
+        proxy.backendMaxConnections = maxConnections
+        return proxy
+    }
+
+    private func httpConfiguration(layers: ConfigLayers) throws(ILSError) -> HTTPModeConfiguration {
         let listenAddress: HostPort
-        if let text = listen ?? environment["ILS_LISTEN"] {
+        if let text = layers.string(.listen, flag: listen) {
             listenAddress = try HostPort(parsing: text)
         } else {
             listenAddress = HTTPModeConfiguration.defaultListen
         }
-        let certificate = tlsCert ?? environment["ILS_TLS_CERT"]
-        let key = tlsKey ?? environment["ILS_TLS_KEY"]
+        let certificate = layers.string(.tlsCert, flag: tlsCert)
+        let key = layers.string(.tlsKey, flag: tlsKey)
         let tls: HTTPModeConfiguration.TLSFiles?
-        switch (certificate, key, plainHTTP) {
+        switch (certificate, key, layers.boolean(.plainHTTP, flag: plainHTTP)) {
         case (let certificate?, let key?, false):
             tls = .init(certificateChain: certificate, privateKey: key)
         case (nil, nil, true):
@@ -168,29 +190,27 @@ struct ServeCommand: AsyncParsableCommand {
         default:
             throw ILSError(.invalidArgument, "give both --tls-cert and --tls-key")
         }
-        guard backendMaxConnections > 0 else {
-            throw ILSError(.invalidArgument, "--backend-max-connections must be at least 1")
-        }
-        var proxy = ProxyConfiguration(backend: backendURL)
-        proxy.backendHeaderTimeout = try positive(backendHeaderTimeout, "--backend-header-timeout")
-        proxy.backendConnectTimeout = try positive(backendConnectTimeout, "--backend-connect-timeout")
-        proxy.clientIdleTimeout = try positive(idleTimeout, "--idle-timeout")
-        proxy.clientStallTimeout = try positive(clientStallTimeout, "--client-stall-timeout")
-        proxy.backendMaxConnections = backendMaxConnections
+        let proxy = try proxyConfiguration(layers: layers)
         var configuration = HTTPModeConfiguration(listen: listenAddress, tls: tls, proxy: proxy)
-        configuration.drainTimeout = try TimeSpan(parsing: drainTimeout)
+        configuration.drainTimeout = try TimeSpan(parsing: layers.string(.drainTimeout, flag: drainTimeout) ?? "30s")
         return configuration
     }
 
-    private func positive(_ text: String, _ flag: String) throws(ILSError) -> TimeSpan {
-        let span = try TimeSpan(parsing: text)
-        guard span.nanoseconds > 0 else { throw ILSError(.invalidArgument, "\(flag) must be longer than 0") }
+    /// A timeout from its flag, the file or `fallback`, which must be longer than zero.
+    private func positive(
+        _ key: ConfigKey,
+        _ flag: String?,
+        _ fallback: String,
+        _ layers: ConfigLayers
+    ) throws(ILSError) -> TimeSpan {
+        let span = try TimeSpan(parsing: layers.string(key, flag: flag) ?? fallback)
+        guard span.nanoseconds > 0 else { throw ILSError(.invalidArgument, "\(key.flag) must be longer than 0") }
         return span
     }
 }
 
 /// The process environment, read once.
-struct ProcessEnvironment {
+struct ProcessEnvironment: Sendable {
     subscript(name: String) -> String? {
         guard let value = getenv(name) else { return nil }
         let text = String(cString: value)

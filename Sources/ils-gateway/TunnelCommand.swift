@@ -1,5 +1,6 @@
 import ArgumentParser
 import ILSClient
+import ILSConfig
 import ILSCore
 import ILSTunnel
 
@@ -12,9 +13,12 @@ struct TunnelCommand: AsyncParsableCommand {
             Every TCP connection accepted on --listen becomes an end-to-end encrypted circuit to --service, checked by
             the gateway against this device's identity. Point a client at http://127.0.0.1:PORT.
 
-            Example:
+            Each setting comes from its flag, else its environment variable, else the --config file, else the default.
+
+            Examples:
               ils-gateway tunnel --identity identities/ipad.json --listen 127.0.0.1:8080
               curl -N http://127.0.0.1:8080/claude/stream?prompt=hello
+              ils-gateway tunnel --config ~/.config/ils-gateway/tunnel.yaml
             """
     )
 
@@ -27,25 +31,30 @@ struct TunnelCommand: AsyncParsableCommand {
     @Option(help: "HOST:PORT to listen on. Env: ILS_LISTEN. Default: 127.0.0.1:8080.")
     var listen: String?
 
-    @Flag(help: "Allow a non-loopback --listen address (anyone who reaches it acts as this device).")
-    var allowRemote = false
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Allow a non-loopback --listen address (anyone who reaches it acts as this device). Default: off."
+    )
+    var allowRemote: Bool?
 
+    @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
 
     func run() async throws {
-        let environment = ProcessEnvironment()
-        let path = identity ?? environment["ILS_IDENTITY"] ?? "identities/device.json"
+        let layers = try configOptions.layers(.tunnel)
+        let path = layers.string(.identity, flag: identity) ?? "identities/device.json"
+        let address = try HostPort(parsing: layers.string(.listen, flag: listen) ?? "127.0.0.1:8080")
+        let service = layers.string(.service, flag: service) ?? "claude-api"
+        let logger = try logOptions.bootstrap(label: "ils-tunnel", layers: layers)
         let file = try await Renewal.renewIfDue(path: path)
-        let address = try HostPort(parsing: listen ?? environment["ILS_LISTEN"] ?? "127.0.0.1:8080")
-        let logger = logOptions.bootstrap(label: "ils-tunnel")
-        let metrics = try metricsOptions.server(logger: logger, ready: { true })
+        let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
         let tunnel = try Tunnel(
             identity: file,
             identityPath: path,
-            service: service ?? environment["ILS_SERVICE"] ?? "claude-api",
+            service: service,
             listen: address,
-            allowRemote: allowRemote,
+            allowRemote: layers.boolean(.allowRemote, flag: allowRemote),
             logger: logger
         )
         if let metrics {

@@ -1,0 +1,64 @@
+/// The keys one role's config file may hold. A file is checked against exactly one schema, so a key that belongs to
+/// another role (`backend` in a tunnel's file) is refused as unknown rather than silently ignored.
+public struct ConfigSchema: Sendable {
+    /// The command the file configures, as a person types it (`serve`, `tunnel`, `controller run`).
+    public let command: String
+    public let keys: [ConfigKey]
+
+    public init(command: String, keys: [ConfigKey]) {
+        self.command = command
+        self.keys = keys
+    }
+
+    public func key(named name: String) -> ConfigKey? {
+        keys.first { $0.name == name }
+    }
+}
+
+extension ConfigKey {
+    public static let logLevel = ConfigKey("log-level")
+    public static let logFormat = ConfigKey("log-format")
+    public static let metrics = ConfigKey("metrics")
+    public static let metricsAllowRemote = ConfigKey("metrics-allow-remote", .boolean)
+    public static let identity = ConfigKey("identity", environment: "ILS_IDENTITY")
+    public static let service = ConfigKey("service", environment: "ILS_SERVICE")
+    public static let listen = ConfigKey("listen", environment: "ILS_LISTEN")
+    public static let stateDir = ConfigKey("state-dir", environment: "ILS_STATE_DIR")
+    public static let mode = ConfigKey("mode", environment: "NETWORKING_MODE")
+    public static let backend = ConfigKey("backend", environment: "BACKEND_URL")
+    public static let tlsCert = ConfigKey("tls-cert", environment: "ILS_TLS_CERT")
+    public static let tlsKey = ConfigKey("tls-key", environment: "ILS_TLS_KEY")
+    public static let plainHTTP = ConfigKey("plain-http", .boolean)
+    public static let backendHeaderTimeout = ConfigKey("backend-header-timeout")
+    public static let backendConnectTimeout = ConfigKey("backend-connect-timeout")
+    public static let backendMaxConnections = ConfigKey("backend-max-connections", .integer)
+    public static let idleTimeout = ConfigKey("idle-timeout")
+    public static let clientStallTimeout = ConfigKey("client-stall-timeout")
+    public static let drainTimeout = ConfigKey("drain-timeout")
+    public static let allowRemote = ConfigKey("allow-remote", .boolean)
+}
+
+extension ConfigSchema {
+    private static let observability: [ConfigKey] = [.logLevel, .logFormat, .metrics, .metricsAllowRemote]
+
+    /// `ils-gateway controller run`.
+    public static let controllerRun = ConfigSchema(
+        command: "controller run",
+        keys: [.stateDir, .listen] + observability
+    )
+
+    /// `ils-gateway serve`, both modes in one file (`mode` picks one; keys of the other mode are ignored by it).
+    public static let serve = ConfigSchema(
+        command: "serve",
+        keys: [
+            .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
+            .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
+        ] + observability
+    )
+
+    /// `ils-gateway tunnel`.
+    public static let tunnel = ConfigSchema(
+        command: "tunnel",
+        keys: [.identity, .service, .listen, .allowRemote] + observability
+    )
+}

@@ -1,0 +1,267 @@
+function __ils-gateway_should_offer_completions_for_flags_or_options -a expected_commands
+    set -l non_repeating_flags_or_options $argv[2..]
+    set -l non_repeating_flags_or_options_absent 0
+    set -l positional_index 0
+    set -l commands
+    __ils-gateway_parse_tokens
+    test "$commands" = "$expected_commands"; and return $non_repeating_flags_or_options_absent
+end
+
+function __ils-gateway_should_offer_completions_for_positional -a expected_commands positional_index_comparison expected_positional_index
+    set -l non_repeating_flags_or_options
+    set -l non_repeating_flags_or_options_absent 0
+    set -l positional_index 0
+    set -l commands
+    __ils-gateway_parse_tokens
+    test "$commands" = "$expected_commands" -a \( "$positional_index" "$positional_index_comparison" "$expected_positional_index" \)
+end
+
+function __ils-gateway_parse_tokens -S
+    set -l unparsed_tokens (__ils-gateway_tokens -pc)
+    switch $unparsed_tokens[1]
+    case 'ils-gateway'
+        __ils-gateway_parse_subcommand 0 'version' 'h/help'
+        switch $unparsed_tokens[1]
+        case 'controller'
+            __ils-gateway_parse_subcommand 0 'version' 'h/help'
+            switch $unparsed_tokens[1]
+            case 'init'
+                __ils-gateway_parse_subcommand 0 'state-dir=' 'address=' 'admin-out=' 'version' 'h/help'
+            case 'run'
+                __ils-gateway_parse_subcommand 0 'state-dir=' 'listen=' 'config=' 'log-level=' 'log-format=' 'metrics=' 'metrics-allow-remote' 'no-metrics-allow-remote' 'version' 'h/help'
+            case 'rotate-tls'
+                __ils-gateway_parse_subcommand 0 'state-dir=' 'address=' 'version' 'h/help'
+            end
+        case 'admin'
+            __ils-gateway_parse_subcommand 0 'identity=' 'version' 'h/help'
+            switch $unparsed_tokens[1]
+            case 'identity'
+                __ils-gateway_parse_subcommand 0 'version' 'h/help'
+                switch $unparsed_tokens[1]
+                case 'create'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'role=' 'attributes=' 'expires=' 'o/output=' 'version' 'h/help'
+                case 'list'
+                    __ils-gateway_parse_subcommand 0 'identity=' 'json' 'version' 'h/help'
+                case 'show'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'json' 'version' 'h/help'
+                case 'revoke'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'version' 'h/help'
+                case 'disable'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'version' 'h/help'
+                case 'enable'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'version' 'h/help'
+                case 'delete'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'version' 'h/help'
+                case 'reissue'
+                    __ils-gateway_parse_subcommand 1 'identity=' 'expires=' 'o/output=' 'version' 'h/help'
+                end
+            case 'sessions'
+                __ils-gateway_parse_subcommand 0 'identity=' 'json' 'version' 'h/help'
+            case 'audit'
+                __ils-gateway_parse_subcommand 0 'identity=' 'since=' 'json' 'version' 'h/help'
+            end
+        case 'enroll'
+            __ils-gateway_parse_subcommand 1 'out=' 'force' 'version' 'h/help'
+        case 'serve'
+            __ils-gateway_parse_subcommand 0 'mode=' 'identity=' 'service=' 'backend=' 'listen=' 'tls-cert=' 'tls-key=' 'plain-http' 'no-plain-http' 'backend-header-timeout=' 'backend-connect-timeout=' 'backend-max-connections=' 'idle-timeout=' 'client-stall-timeout=' 'drain-timeout=' 'config=' 'log-level=' 'log-format=' 'metrics=' 'metrics-allow-remote' 'no-metrics-allow-remote' 'version' 'h/help'
+        case 'tunnel'
+            __ils-gateway_parse_subcommand 0 'identity=' 'service=' 'listen=' 'allow-remote' 'no-allow-remote' 'config=' 'log-level=' 'log-format=' 'metrics=' 'metrics-allow-remote' 'no-metrics-allow-remote' 'version' 'h/help'
+        case 'status'
+            __ils-gateway_parse_subcommand 0 'identity=' 'json' 'version' 'h/help'
+        case 'renew'
+            __ils-gateway_parse_subcommand 0 'identity=' 'force' 'version' 'h/help'
+        case 'help'
+            __ils-gateway_parse_subcommand -r 1 'version'
+        end
+    end
+end
+
+function __ils-gateway_tokens
+    if test (string split -m 1 -f 1 -- . "$FISH_VERSION") -gt 3
+        commandline --tokens-raw $argv
+    else
+        commandline -o $argv
+    end
+end
+
+function __ils-gateway_parse_subcommand -S -a positional_count
+    argparse -s r -- $argv
+    set -l option_specs $argv[2..]
+    set -l is_repeating_positional $_flag_r
+    set -el _flag_r
+    set -a commands $unparsed_tokens[1]
+    set positional_index 0
+    while true
+        set -e unparsed_tokens[1]
+        argparse -sn "$commands" $option_specs -- $unparsed_tokens 2> /dev/null
+        set unparsed_tokens $argv
+        set positional_index (math $positional_index + 1)
+        for non_repeating_flag_or_option in $non_repeating_flags_or_options
+            if set -ql "_flag_$(string replace -a - _ -- $non_repeating_flag_or_option)"
+                set non_repeating_flags_or_options_absent 1
+                break
+            end
+        end
+        test (count $unparsed_tokens) -eq 0 -o \( -z "$is_repeating_positional" -a "$positional_index" -gt "$positional_count" \) && break
+    end
+end
+
+function __ils-gateway_complete_directories
+    set -l token (commandline -t)
+    string match -- '*/' $token
+    set -l subdirs $token*/
+    printf %s\n $subdirs
+end
+
+function __ils-gateway_custom_completion
+    set -x SAP_SHELL fish
+    set -x SAP_SHELL_VERSION $FISH_VERSION
+    set -l tokens (__ils-gateway_tokens -p)
+    if test -z "$(__ils-gateway_tokens -t)"
+        set -l index (count (__ils-gateway_tokens -pc))
+        set tokens $tokens[..$index] \'\' $tokens[(math $index + 1)..]
+    end
+    command $tokens[1] $argv $tokens
+end
+
+complete -c 'ils-gateway' -f
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'controller' -d 'Create and run the overlay controller (CA, identity store, enrollment, admin API).'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'admin' -d 'Administer identities through the controller\'s admin API.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'enroll' -d 'Enroll this machine: make its key pair and turn a one-time token into an identity file.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'serve' -d 'Run the gateway in front of the backend.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'tunnel' -d 'Listen on loopback and carry every connection to a service through the overlay.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'status' -d 'Show this identity, its certificate expiry, and whether the controller is reachable and accepts it.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'renew' -d 'Renew this identity\'s certificate with a new key, without a token (serve and tunnel do it on start).'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway" -eq 1' -fa 'help' -d 'Show subcommand help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway controller" -eq 1' -fa 'init' -d 'Create a controller: CA, TLS certificate, token key, store, the claude-api service, an admin.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway controller" -eq 1' -fa 'run' -d 'Serve enrollment and the admin API on the controller\'s one TLS port.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway controller" -eq 1' -fa 'rotate-tls' -d 'Give the controller a fresh TLS certificate from its CA, for its address or a new one.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller init" state-dir' -l 'state-dir' -d 'Controller state directory (CA, keys, SQLite store). Env: ILS_STATE_DIR.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller init" address' -l 'address' -d 'The URL devices and gateways will dial, https://HOST:PORT. It goes into every token.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller init" admin-out' -l 'admin-out' -d 'Where to write the admin identity file.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller init" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller init" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" state-dir' -l 'state-dir' -d 'Controller state directory (CA, keys, SQLite store). Env: ILS_STATE_DIR.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" listen' -l 'listen' -d 'HOST:PORT to listen on. Env: ILS_LISTEN. Default: 0.0.0.0 and the controller address\'s port.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" config' -l 'config' -d 'YAML file of settings named like the long flags (examples in deploy/config/); flags and environment variables win over it. Env: ILS_CONFIG.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" log-level' -l 'log-level' -d 'Least severe level logged: trace, debug, info, notice, warning, error or critical. Default: info.' -rfka 'trace debug info notice warning error critical'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" log-format' -l 'log-format' -d 'text for people, json for log collectors (one object per line). Default: text.' -rfka 'text json'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" metrics' -l 'metrics' -d 'Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" metrics-allow-remote' -l 'metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" no-metrics-allow-remote' -l 'no-metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller run" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller rotate-tls" state-dir' -l 'state-dir' -d 'Controller state directory (CA, keys, SQLite store). Env: ILS_STATE_DIR.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller rotate-tls" address' -l 'address' -d 'Move the controller to this URL, https://HOST:PORT. Default: keep its address.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller rotate-tls" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway controller rotate-tls" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin" identity' -l 'identity' -d 'The admin identity file.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin" -eq 1' -fa 'identity' -d 'Create, list, show, delete and reissue identities.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin" -eq 1' -fa 'sessions' -d 'List live circuits: device, service, gateway, start time, bytes each way.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin" -eq 1' -fa 'audit' -d 'Show the audit log: admin actions, enrollments and refusals, with time and actor.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'create' -d 'Create an identity and print its one-time enrollment token.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'list' -d 'List identities with role and state.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'show' -d 'Show one identity.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'revoke' -d 'Revoke an identity for good: its live circuits end now, everywhere, and it never gets back in.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'disable' -d 'Block an identity for now (e.g. a device left somewhere); its live circuits end. Undo with enable.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'enable' -d 'Let a disabled identity back in.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'delete' -d 'Delete an identity; its certificate stops being accepted.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_positional "ils-gateway admin identity" -eq 1' -fa 'reissue' -d 'Issue a fresh enrollment token; once it is used, the previous certificate stops working.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" role' -l 'role' -d 'device (dials services), gateway (hosts them) or admin.' -rfka 'device gateway admin'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" attributes' -l 'attributes' -d 'Comma-separated attributes for policies.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" expires' -l 'expires' -d 'How long the enrollment token stays valid, e.g. 30m, 24h, 7d.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" o output' -l 'output' -s 'o' -d 'Write the token to this file (mode 0600) instead of printing it.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity create" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity list" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity list" json' -l 'json' -d 'Print JSON.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity list" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity list" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity show" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity show" json' -l 'json' -d 'Print JSON.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity show" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity show" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity revoke" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity revoke" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity revoke" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity disable" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity disable" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity disable" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity enable" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity enable" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity enable" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity delete" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity delete" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity delete" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity reissue" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity reissue" expires' -l 'expires' -d 'How long the enrollment token stays valid, e.g. 30m, 24h, 7d.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity reissue" o output' -l 'output' -s 'o' -d 'Write the token to this file (mode 0600) instead of printing it.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity reissue" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin identity reissue" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin sessions" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin sessions" json' -l 'json' -d 'Print JSON.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin sessions" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin sessions" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin audit" identity' -l 'identity' -d 'The admin identity file (also accepted before the verb).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin audit" since' -l 'since' -d 'Only entries newer than this, e.g. 15m, 24h, 7d.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin audit" json' -l 'json' -d 'Print JSON.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin audit" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway admin audit" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway enroll" out' -l 'out' -d 'Where to write the identity file. Default: identities/NAME.json.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway enroll" force' -l 'force' -d 'Replace an existing identity file.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway enroll" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway enroll" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" mode' -l 'mode' -d 'ziti (overlay, no listening port) or http (TLS reverse proxy). Env: NETWORKING_MODE.' -rfka 'ziti http'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" identity' -l 'identity' -d 'Overlay mode: the gateway\'s identity file. Env: ILS_IDENTITY. Default: identities/gateway.json.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" service' -l 'service' -d 'Overlay mode: the service to host. Env: ILS_SERVICE. Default: claude-api.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" backend' -l 'backend' -d 'Backend base URL, http://HOST[:PORT]. Env: BACKEND_URL. Default: http://127.0.0.1:8000.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" listen' -l 'listen' -d 'HTTP mode: address to listen on, HOST:PORT. Env: ILS_LISTEN. Default: 0.0.0.0:8443.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" tls-cert' -l 'tls-cert' -d 'HTTP mode: PEM certificate chain for TLS. Env: ILS_TLS_CERT.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" tls-key' -l 'tls-key' -d 'HTTP mode: PEM private key for TLS. Env: ILS_TLS_KEY.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" plain-http' -l 'plain-http' -d 'HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" no-plain-http' -l 'no-plain-http' -d 'HTTP mode: serve cleartext HTTP instead of TLS. Only for a trusted network or loopback. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" backend-header-timeout' -l 'backend-header-timeout' -d 'How long the backend may take to send response headers. Streams are never cut. Default: 300s.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" backend-connect-timeout' -l 'backend-connect-timeout' -d 'How long connecting to the backend may take. Default: 5s.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" backend-max-connections' -l 'backend-max-connections' -d 'Most connections open to the backend at once. Default: 16384.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" idle-timeout' -l 'idle-timeout' -d 'How long a client connection may stay open with no request in progress (also bounds slow headers). Default: 60s.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" client-stall-timeout' -l 'client-stall-timeout' -d 'How long a client may read nothing of a response before the exchange is given up. Default: 600s.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" drain-timeout' -l 'drain-timeout' -d 'On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed. Default: 30s.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" config' -l 'config' -d 'YAML file of settings named like the long flags (examples in deploy/config/); flags and environment variables win over it. Env: ILS_CONFIG.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" log-level' -l 'log-level' -d 'Least severe level logged: trace, debug, info, notice, warning, error or critical. Default: info.' -rfka 'trace debug info notice warning error critical'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" log-format' -l 'log-format' -d 'text for people, json for log collectors (one object per line). Default: text.' -rfka 'text json'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" metrics' -l 'metrics' -d 'Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" metrics-allow-remote' -l 'metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" no-metrics-allow-remote' -l 'no-metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway serve" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" identity' -l 'identity' -d 'The device\'s identity file. Env: ILS_IDENTITY. Default: identities/device.json.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" service' -l 'service' -d 'The service to reach. Env: ILS_SERVICE. Default: claude-api.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" listen' -l 'listen' -d 'HOST:PORT to listen on. Env: ILS_LISTEN. Default: 127.0.0.1:8080.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" allow-remote' -l 'allow-remote' -d 'Allow a non-loopback --listen address (anyone who reaches it acts as this device). Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" no-allow-remote' -l 'no-allow-remote' -d 'Allow a non-loopback --listen address (anyone who reaches it acts as this device). Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" config' -l 'config' -d 'YAML file of settings named like the long flags (examples in deploy/config/); flags and environment variables win over it. Env: ILS_CONFIG.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" log-level' -l 'log-level' -d 'Least severe level logged: trace, debug, info, notice, warning, error or critical. Default: info.' -rfka 'trace debug info notice warning error critical'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" log-format' -l 'log-format' -d 'text for people, json for log collectors (one object per line). Default: text.' -rfka 'text json'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" metrics' -l 'metrics' -d 'Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" metrics-allow-remote' -l 'metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" no-metrics-allow-remote' -l 'no-metrics-allow-remote' -d 'Allow a non-loopback --metrics address. Default: off.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway tunnel" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway status" identity' -l 'identity' -d 'The identity file. Env: ILS_IDENTITY. Default: identities/admin.json.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway status" json' -l 'json' -d 'Print JSON.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway status" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway status" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway renew" identity' -l 'identity' -d 'The identity file. Env: ILS_IDENTITY. Default: identities/admin.json.' -rfka ''
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway renew" force' -l 'force' -d 'Renew even when the certificate is far from expiry.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway renew" version' -l 'version' -d 'Show the version.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway renew" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'ils-gateway' -n '__ils-gateway_should_offer_completions_for_flags_or_options "ils-gateway help" version' -l 'version' -d 'Show the version.'
