@@ -16,6 +16,8 @@ public final class ControllerServer: Service, Sendable {
     static let maximumBodyBytes = 64 * 1024
     /// An idle connection is closed after this long.
     static let idleTimeout: TimeAmount = .seconds(30)
+    /// A connection gets this long for its TLS handshake; see `HandshakeDeadlineHandler`.
+    public static let defaultHandshakeTimeout: TimeAmount = .seconds(10)
 
     private let listen: HostPort
     private let group: MultiThreadedEventLoopGroup
@@ -25,14 +27,17 @@ public final class ControllerServer: Service, Sendable {
     private let tlsContext: NIOSSLContext
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
     private let connections = ChildChannelRegistry()
+    private let handshakeTimeout: TimeAmount
 
     public init(
         state: ControllerState,
         listen: HostPort,
         group: MultiThreadedEventLoopGroup = .singleton,
-        logger: Logger
+        logger: Logger,
+        handshakeTimeout: TimeAmount = ControllerServer.defaultHandshakeTimeout
     ) throws(ILSError) {
         self.listen = listen
+        self.handshakeTimeout = handshakeTimeout
         self.group = group
         self.logger = logger
         let controller = Controller(state: state)
@@ -77,6 +82,7 @@ public final class ControllerServer: Service, Sendable {
         let logger = self.logger
         let overlay = self.overlay
         let connections = self.connections
+        let handshakeTimeout = self.handshakeTimeout
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: group)
@@ -87,6 +93,7 @@ public final class ControllerServer: Service, Sendable {
                         connections.add(channel)
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
+                        try pipeline.addHandler(HandshakeDeadlineHandler(deadline: handshakeTimeout))
                         // ALPN tells the connection kinds apart on the one port.
                         try pipeline.addHandler(
                             ApplicationProtocolNegotiationHandler { result, channel in
