@@ -149,6 +149,7 @@ def test_smuggled_and_malformed_requests_are_refused(plain_gw: Gateway, name: st
         assert_json_refusal(out, (400,), name)
         assert out.responses == 1, f"{name}: more than one response, a request was smuggled through"
     assert not backend_saw(plain_gw.backend, marker), f"{name}: the request reached the backend"
+    assert marker not in plain_gw.full_log(), f"{name}: the gateway logged the request's query"
     assert_still_serves(plain_gw)
 
 
