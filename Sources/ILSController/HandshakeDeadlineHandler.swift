@@ -31,6 +31,12 @@ final class HandshakeDeadlineHandler: ChannelInboundHandler, RemovableChannelHan
         timer = nil
     }
 
+    func channelInactive(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        context.fireChannelInactive()
+    }
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case TLSUserEvent.handshakeCompleted = event {
             timer?.cancel()
