@@ -1,7 +1,10 @@
 import ILSCore
+import ILSCrypto
+import ILSFabric
 import ILSTesting
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import Testing
 
 /// What a hostile relay (or anyone on the wire between device and gateway) can do to a circuit's frames: replay,
@@ -109,6 +112,26 @@ struct E2EHostileWireTests {
         }
     }
 
+    @Test("a relay that answers the device's hello with an oversized frame fails the device's circuit at once")
+    func oversizedFrameToDevice() async throws {
+        let relay = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(AnswerWithOversizedFrame())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let authority = try CertificateAuthority.create(name: "test CA")
+        let device = try CircuitFixture.credentials(authority, name: "ipad", role: .device)
+        let connection = try await TestHTTPConnection(port: relay.localAddress!.port!) { pipeline in
+            try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
+            try pipeline.addHandler(E2EInitiatorHandler(credentials: device, service: "claude-api"))
+        }
+        try? await connection.sendRequest("GET", "/health")
+        try await expectClosed(connection)
+        try? await relay.close()
+    }
+
     private func expectClosed(_ connection: TestHTTPConnection) async throws {
         let closed = try await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask { await connection.isClosedByPeer() }
@@ -130,6 +153,19 @@ struct E2EHostileWireTests {
         #expect(try await connection.readHead().status == 200)
         #expect(String(buffer: try await connection.readBody()) == "ok")
         await connection.close()
+    }
+}
+
+/// A hostile relay that answers whatever the device sends first with a frame announcing 0x7FFF_FFFF bytes.
+final class AnswerWithOversizedFrame: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var huge = context.channel.allocator.buffer(capacity: 16)
+        huge.writeInteger(UInt32(0x7FFF_FFFF))
+        huge.writeBytes([2, 1, 0, 0, 0, 0, 0, 0])
+        context.writeAndFlush(wrapOutboundOut(huge), promise: nil)
     }
 }
 
