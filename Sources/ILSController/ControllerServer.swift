@@ -16,6 +16,15 @@ public final class ControllerServer: Service, Sendable {
     static let maximumBodyBytes = 64 * 1024
     /// An idle connection is closed after this long.
     static let idleTimeout: TimeAmount = .seconds(30)
+    /// The request head of an API call: 64 KiB and 128 fields, as in HTTP mode. The API is open to anyone before
+    /// authentication (enrollment), so parsing must stay cheap whatever a client sends; beyond this, 400 and close.
+    static var headerLimits: NIOHTTPDecoderLimitConfiguration {
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderListSize = 64 * 1024
+        limits.maxHeaderFieldSize = 64 * 1024
+        limits.maxHeaderFieldCount = 128
+        return limits
+    }
     /// A connection gets this long for its TLS handshake; see `HandshakeDeadlineHandler`.
     public static let defaultHandshakeTimeout: TimeAmount = .seconds(10)
 
@@ -106,7 +115,14 @@ public final class ControllerServer: Service, Sendable {
                                     default:
                                         let pipeline = channel.pipeline.syncOperations
                                         try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
-                                        try pipeline.configureHTTPServerPipeline(withErrorHandling: true)
+                                        try pipeline.configureHTTPServerPipeline(
+                                            withPipeliningAssistance: true,
+                                            withServerUpgrade: nil,
+                                            withErrorHandling: true,
+                                            withOutboundHeaderValidation: true,
+                                            withEncoderConfiguration: .init(),
+                                            withDecoderLimitConfiguration: Self.headerLimits
+                                        )
                                         try pipeline.addHandler(
                                             ControllerHTTPHandler(
                                                 router: router,

@@ -237,6 +237,51 @@ def test_hostile_connections_leave_no_memory_or_descriptors_behind(controller: C
     assert fds1 <= fds0, f"descriptors leaked ({fds0} -> {fds1})"
 
 
+API_ABUSE: list[tuple[str, bytes]] = [
+    ("enroll body over 64 KiB", b"POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 100000\r\n\r\n" + b"a" * 100000),
+    ("chunked enroll body over 64 KiB", b"POST /v1/enroll HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+     + (b"8000\r\n" + b"a" * 0x8000 + b"\r\n") * 4 + b"0\r\n\r\n"),
+    ("enroll body that is not JSON",
+     b"POST /v1/enroll HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 9\r\n\r\nnot json!"),
+    ("enroll body of the wrong types",
+     b'POST /v1/enroll HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 40\r\n\r\n'
+     b'{"token":1,"publicKey":[],"proof":{}}   '),
+    ("CL+TE smuggling", b"POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"0\r\n\r\nGET /v1/admin/identities HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("admin API without a certificate", b"GET /v1/admin/identities HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    ("dot-dot path", b"GET /v1/../../../etc/passwd HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    ("10000 header fields", b"GET /v1/enroll/info HTTP/1.1\r\nHost: x\r\n"
+     + b"".join(b"X-F%d: v\r\n" % i for i in range(10000)) + b"\r\n"),
+]
+
+
+@pytest.mark.parametrize("name,payload", API_ABUSE, ids=[n for n, _ in API_ABUSE])
+def test_abusive_requests_to_the_unauthenticated_api(controller: Controller, admin, name: str,
+                                                     payload: bytes) -> None:
+    """The enrollment API answers anyone: abusive requests over TLS without a client certificate get one 4xx JSON
+    error (or a close), never a 2xx, never a second (smuggled) answer, and change nothing."""
+    before = identities_snapshot(controller, admin)
+    raw = socket.create_connection(("127.0.0.1", controller.port), timeout=5)
+    tls = tls_context(controller, None).wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        try:
+            tls.sendall(payload)
+        except (ssl.SSLError, OSError):
+            pass  # the controller may close before taking it all
+        out = read_until_closed(tls, deadline_s=CLOSE_BOUND_S)
+    finally:
+        tls.close()
+    print(f"{name}: {out.describe()}")
+    assert out.responses <= 1, f"{name}: more than one response, a request was smuggled: {out.describe()}"
+    if out.data:
+        assert out.status is not None and 400 <= out.status < 500, f"{name}: {out.describe()}"
+        if out.body:
+            assert out.body.lstrip().startswith(b"{"), f"{name}: not a JSON error: {out.describe()}"
+    assert identities_snapshot(controller, admin) == before
+    assert_controller_serves(controller, admin)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Certificates the controller must not accept
 # ------------------------------------------------------------------------------------------------------------------
