@@ -612,3 +612,39 @@ def test_out_at_a_dangling_symlink_is_refused_before_the_token_is_spent(controll
     r = controller.cli("enroll", token, "--out", link.name)
     assert r.returncode != 0 and r.returncode != 1, r.describe()
     assert store_row(controller, name) == row, f"the refused enroll spent the token: {r.stderr.strip()!r}"
+
+
+@pytest.mark.xfail(strict=True, reason="bug in ILSClient: a TLS connection the server cuts mid-handshake is reported "
+                   "as a CA-fingerprint mismatch (exit 87) instead of an unreachable controller (exit 69)")
+def test_a_controller_that_hangs_up_mid_handshake_is_reported_unreachable(controller: Controller) -> None:
+    """Something at the token's address takes the ClientHello and hangs up. The token was not spent, so the right
+    answer is "unreachable, try again" (69), not "this token pins another CA" (87), which sends people hunting for
+    a forged token."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(20)
+    port = listener.getsockname()[1]
+
+    def hang_up() -> None:
+        try:
+            while True:
+                conn, _ = listener.accept()
+                conn.recv(4096)
+                conn.close()
+        except OSError:
+            pass
+
+    import threading
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        token = make_token(controller, f"hangup-{uuid.uuid4().hex[:6]}")
+        h, p, s = token.split(".")
+        claims = json.loads(b64url_decode(p))
+        claims["iss"] = f"https://127.0.0.1:{port}"
+        r = controller.cli("enroll", f"{h}.{b64url(json.dumps(claims).encode())}.{s}", "--out", "hangup.json")
+        print(f"enroll against a hang-up: exit {r.returncode}, {r.stderr.strip()!r}")
+        assert r.returncode == 69, r.describe()
+    finally:
+        listener.close()
