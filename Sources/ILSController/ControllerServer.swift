@@ -16,6 +16,17 @@ public final class ControllerServer: Service, Sendable {
     static let maximumBodyBytes = 64 * 1024
     /// An idle connection is closed after this long.
     static let idleTimeout: TimeAmount = .seconds(30)
+    /// The request head of an API call: 64 KiB and 128 fields, as in HTTP mode. The API is open to anyone before
+    /// authentication (enrollment), so parsing must stay cheap whatever a client sends; beyond this, 400 and close.
+    static var headerLimits: NIOHTTPDecoderLimitConfiguration {
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderListSize = 64 * 1024
+        limits.maxHeaderFieldSize = 64 * 1024
+        limits.maxHeaderFieldCount = 128
+        return limits
+    }
+    /// A connection gets this long for its TLS handshake; see `HandshakeDeadlineHandler`.
+    public static let defaultHandshakeTimeout: TimeAmount = .seconds(10)
 
     private let listen: HostPort
     private let group: MultiThreadedEventLoopGroup
@@ -25,14 +36,17 @@ public final class ControllerServer: Service, Sendable {
     private let tlsContext: NIOSSLContext
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
     private let connections = ChildChannelRegistry()
+    private let handshakeTimeout: TimeAmount
 
     public init(
         state: ControllerState,
         listen: HostPort,
         group: MultiThreadedEventLoopGroup = .singleton,
-        logger: Logger
+        logger: Logger,
+        handshakeTimeout: TimeAmount = ControllerServer.defaultHandshakeTimeout
     ) throws(ILSError) {
         self.listen = listen
+        self.handshakeTimeout = handshakeTimeout
         self.group = group
         self.logger = logger
         let controller = Controller(state: state)
@@ -77,6 +91,7 @@ public final class ControllerServer: Service, Sendable {
         let logger = self.logger
         let overlay = self.overlay
         let connections = self.connections
+        let handshakeTimeout = self.handshakeTimeout
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: group)
@@ -87,6 +102,7 @@ public final class ControllerServer: Service, Sendable {
                         connections.add(channel)
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
+                        try pipeline.addHandler(HandshakeDeadlineHandler(deadline: handshakeTimeout))
                         // ALPN tells the connection kinds apart on the one port.
                         try pipeline.addHandler(
                             ApplicationProtocolNegotiationHandler { result, channel in
@@ -99,7 +115,14 @@ public final class ControllerServer: Service, Sendable {
                                     default:
                                         let pipeline = channel.pipeline.syncOperations
                                         try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
-                                        try pipeline.configureHTTPServerPipeline(withErrorHandling: true)
+                                        try pipeline.configureHTTPServerPipeline(
+                                            withPipeliningAssistance: true,
+                                            withServerUpgrade: nil,
+                                            withErrorHandling: true,
+                                            withOutboundHeaderValidation: true,
+                                            withEncoderConfiguration: .init(),
+                                            withDecoderLimitConfiguration: Self.headerLimits
+                                        )
                                         try pipeline.addHandler(
                                             ControllerHTTPHandler(
                                                 router: router,

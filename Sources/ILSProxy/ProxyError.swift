@@ -66,6 +66,12 @@ public struct ProxyError: Error, Hashable, Sendable {
         code: "method_not_allowed",
         reason: "CONNECT is not supported: this is a reverse proxy, not a forward proxy."
     )
+    /// RFC 9110 §15.5.9: the client stopped sending its request body for longer than the idle timeout.
+    static let requestBodyTimeout = ProxyError(
+        status: .requestTimeout,
+        code: "request_timeout",
+        reason: "The request body stopped arriving before it was complete."
+    )
     static let shuttingDown = ProxyError(
         status: .serviceUnavailable,
         code: "shutting_down",

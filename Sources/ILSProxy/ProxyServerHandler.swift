@@ -39,6 +39,10 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var pool: LoopBackendPool?
     private var idleTimer: Scheduled<Void>?
     private var stallTimer: Scheduled<Void>?
+    /// Runs while a request body is incomplete and nothing of the response has been sent: a client that stops
+    /// sending its body (slowloris on the body) is cut after the idle timeout instead of holding its client and
+    /// backend connections for ever.
+    private var bodyTimer: Scheduled<Void>?
     private var pendingRead = false
     private var backendNeedsFlush = false
     private var clientNeedsFlush = false
@@ -60,6 +64,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         idleTimer?.cancel()
+        bodyTimer?.cancel()
         self.context = nil
     }
 
@@ -105,6 +110,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelInactive(context: ChannelHandlerContext) {
         idleTimer?.cancel()
         stallTimer?.cancel()
+        bodyTimer?.cancel()
         switch state {
         case .forwarding(let exchange, let backend):
             // The client went away mid-exchange: close the backend request now, so a generation stops and costs
@@ -213,7 +219,39 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.closeAfterResponse = forwarded.clientWantsClose || forwarded.isUpgrade
             exchange.expectsContinue = head.headers["expect"].contains { $0.lowercased() == "100-continue" }
             state = .waitingForBackend(exchange)
+            armBodyTimer(exchange)
             leaseBackend(for: exchange)
+        }
+    }
+
+    private func armBodyTimer(_ exchange: Exchange) {
+        bodyTimer?.cancel()
+        bodyTimer = nil
+        guard let context, !exchange.requestComplete, !exchange.responseHeadSent else { return }
+        bodyTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.clientIdleTimeout.timeAmount) {
+            self.bodyTimedOut(exchange)
+        }
+    }
+
+    private func bodyTimedOut(_ exchange: Exchange) {
+        bodyTimer = nil
+        switch state {
+        case .waitingForBackend(let current) where current === exchange:
+            // Client reads are held while no backend connection is ready: the silence is ours, not the client's.
+            armBodyTimer(exchange)
+        case .forwarding(let current, let backend) where current === exchange:
+            if exchange.requestComplete || exchange.responseHeadSent { return }
+            if pendingRead || !backend.isWritable {
+                // Held by backpressure from the backend, not stalled by the client.
+                armBodyTimer(exchange)
+                return
+            }
+            exchange.headerTimer?.cancel()
+            backend.delegate = nil
+            pool?.release(backend, reusable: false)
+            respond(with: .requestBodyTimeout, to: exchange)
+        default:
+            return
         }
     }
 
@@ -226,12 +264,15 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.bytesIn += buffer.readableBytes
             backend.write(.body(.byteBuffer(buffer)))
             backendNeedsFlush = true
+            armBodyTimer(exchange)
         case .idle, .closing, .upgraded, .closed:
             break
         }
     }
 
     private func receivedEnd(_ trailers: HTTPHeaders?) {
+        bodyTimer?.cancel()
+        bodyTimer = nil
         switch state {
         case .waitingForBackend(let exchange):
             exchange.requestComplete = true
@@ -319,6 +360,8 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func respond(with error: ProxyError, to exchange: Exchange?) {
         guard let context else { return }
         exchange?.headerTimer?.cancel()
+        bodyTimer?.cancel()
+        bodyTimer = nil
         if let exchange, exchange.responseHeadSent {
             // Too late for a status: cutting the connection is how HTTP/1.1 says the response is incomplete.
             accessLog.record(exchange, client: client, outcome: error.code)
@@ -388,6 +431,8 @@ extension ProxyServerHandler: BackendConnectionDelegate {
             )
             exchange.status = head.status
             exchange.responseHeadSent = true
+            bodyTimer?.cancel()
+            bodyTimer = nil
             context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
             clientNeedsFlush = true
         case .body(let buffer):

@@ -1,0 +1,83 @@
+import Foundation
+import ILSClient
+import ILSController
+import ILSCore
+import Logging
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("The controller's port against connections that never finish TLS")
+struct ControllerHandshakeTests {
+    @Test(
+        "a connection that sends nothing, or half a ClientHello, is closed after the handshake timeout",
+        arguments: [false, true]
+    )
+    func abandonedHandshakeIsClosed(sendsPartialHello: Bool) async throws {
+        try await ControllerFixture.with { fixture in
+            let server = try ControllerServer(
+                state: fixture.state,
+                listen: HostPort(host: "127.0.0.1", port: 0),
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+                handshakeTimeout: .seconds(3)
+            )
+            let port = try #require(try await server.start().port)
+            defer { Task { await server.shutdown() } }
+            let socket = try RawSocket(port: port)
+            defer { socket.close() }
+            if sendsPartialHello {
+                // A TLS record header announcing a 512-byte ClientHello, and only the first bytes of it.
+                socket.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03])
+            }
+            // The server closes (recv returns 0 or a reset) long before this generous bound.
+            #expect(socket.waitForClose(timeoutSeconds: 20))
+            // And the port still serves a real client, whose own handshake (well under the deadline, even on a loaded
+            // machine) completes.
+            let client = ControllerClient(
+                address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
+                trust: .pinnedFingerprint(fixture.state.authority.fingerprint)
+            )
+            let info: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
+            #expect(info.caCertificate == fixture.state.authority.certificatePEM)
+        }
+    }
+}
+
+/// A blocking TCP socket on 127.0.0.1, for bytes no TLS library would send.
+private struct RawSocket {
+    let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else { throw ILSError(.unavailable, "connect failed: \(errno)") }
+    }
+
+    func send(_ bytes: [UInt8]) {
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Reads until end of stream or an error (closed), or until the timeout (still open).
+    func waitForClose(timeoutSeconds: Int) -> Bool {
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 { return true }
+            if n < 0 { return errno != EAGAIN && errno != EWOULDBLOCK }
+        }
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}

@@ -1,0 +1,41 @@
+import ILSTesting
+import NIOCore
+import Testing
+
+@Suite("Request bodies that stall (slowloris on the body)")
+struct ProxySlowBodyTests {
+    @Test("an upload that stops mid-body gets 408 request_timeout after the idle timeout, and the connection closes")
+    func stalledBodyIsCut() async throws {
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(1) }) { fixture in
+            let connection = try await fixture.connect()
+            try await connection.send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+            let clock = ContinuousClock()
+            let started = clock.now
+            let head = try await connection.readHead()
+            #expect(head.status == 408)
+            #expect(head.header("content-type") == "application/json")
+            #expect(String(buffer: try await connection.readBody()).contains("\"code\":\"request_timeout\""))
+            #expect(await connection.isClosedByPeer())
+            #expect(clock.now - started < .seconds(30))
+        }
+    }
+
+    @Test("an upload that is slow but keeps moving is never cut by the idle timeout")
+    func slowMovingBodyCompletes() async throws {
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(3) }) { fixture in
+            let connection = try await fixture.connect()
+            let pieces = 20
+            try await connection.send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: \(pieces)\r\n\r\n")
+            // 20 pieces 200 ms apart: the whole body takes longer than the idle timeout, each gap far less (a loaded
+            // machine may stretch a gap several times over and still stay under it).
+            for _ in 0..<pieces {
+                try await Task.sleep(for: .milliseconds(200))
+                try await connection.send("x")
+            }
+            let head = try await connection.readHead()
+            #expect(head.status == 200)
+            _ = try await connection.readBody()
+            await connection.close()
+        }
+    }
+}
