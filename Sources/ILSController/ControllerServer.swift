@@ -97,6 +97,9 @@ public final class ControllerServer: Service, Sendable {
             server = try await ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 256)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                // Relayed circuits carry small interactive records (an SSE event, a request head): Nagle would hold
+                // each behind the previous one's ACK.
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         connections.add(channel)

@@ -19,6 +19,8 @@ public enum E2EHandshake {
     /// What both sides need: their own certificate and key, and the CA to judge the peer by.
     public struct Credentials: Sendable {
         public let certificateDER: [UInt8]
+        /// The identity id in our own certificate, read once here rather than on every circuit's handshake.
+        public let identityID: String
         public let keyPair: IdentityKeyPair
         public let authority: Certificate
 
@@ -27,6 +29,7 @@ public enum E2EHandshake {
                 let authority = try? Certificate(pemEncoded: caCertificatePEM)
             else { throw ILSError(.invalidInput, "the identity's certificates are not valid PEM") }
             self.certificateDER = CertificateAuthority.der(certificate)
+            self.identityID = try IdentityCertificate(der: certificateDER).id
             self.keyPair = try IdentityKeyPair(privateKeyPEM: privateKeyPEM)
             self.authority = authority
         }

@@ -51,9 +51,8 @@ public final class E2EInitiator {
 
         let peer = try E2EHandshake.verifyPeer(peerCertificate, authority: credentials.authority, now: now)
         guard peer.role == .gateway else { throw E2EHandshake.failure("the peer is not a gateway") }
-        let mine = try IdentityCertificate(der: credentials.certificateDER)
         let transcript = E2EHandshake.transcript([
-            Array(service.utf8), Array(mine.id.utf8), Array(peer.id.utf8), credentials.certificateDER,
+            Array(service.utf8), Array(credentials.identityID.utf8), Array(peer.id.utf8), credentials.certificateDER,
             peerCertificate, ephemeralPublic, peerEphemeral, nonce, peerNonce,
         ])
         guard

@@ -53,9 +53,9 @@ public final class E2EResponder {
         defer { sodium_memzero(&ephemeralSecret, ephemeralSecret.count) }
         crypto_kx_keypair(&ephemeralPublic, &ephemeralSecret)
         let nonce = Sodium.randomBytes(32)
-        let mine = try IdentityCertificate(der: credentials.certificateDER)
         let transcript = E2EHandshake.transcript([
-            serviceBytes, Array(peer.id.utf8), Array(mine.id.utf8), peerCertificate, credentials.certificateDER,
+            serviceBytes, Array(peer.id.utf8), Array(credentials.identityID.utf8), peerCertificate,
+            credentials.certificateDER,
             peerEphemeral, ephemeralPublic, peerNonce, nonce,
         ])
         var receiveKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))

@@ -23,7 +23,12 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         case failed
     }
 
+    /// How long a device may take to complete the handshake. The relay is not trusted to end a circuit that stalls
+    /// mid-handshake, so the gateway bounds it itself.
+    public static let handshakeTimeout: TimeAmount = .seconds(10)
+
     private var state: State
+    private var handshakeTimer: Scheduled<Void>?
     private let authorize: Authorize
     private let onEstablished: OnEstablished
 
@@ -35,6 +40,34 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         self.state = .awaitingHello(E2EResponder(credentials: credentials))
         self.authorize = authorize
         self.onEstablished = onEstablished
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        let channel = context.channel
+        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: Self.handshakeTimeout) {
+            if case .established = self.state { return }
+            channel.close(promise: nil)
+        }
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
+        context.fireChannelInactive()
+    }
+
+    /// Before the circuit is established nothing above this handler can act on an error (a frame decoder refusing
+    /// an oversized frame, a transport failure): the circuit is closed here. After, the proxy core handles it.
+    public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case .established = state {
+            context.fireErrorCaught(error)
+            return
+        }
+        state = .failed
+        context.close(promise: nil)
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -62,6 +95,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             case .awaitingFinished(let responder):
                 let session = try responder.receiveClientFinished(Array(frame.readableBytesView))
                 state = .established(E2ERecordLayer(session: session))
+                handshakeTimer?.cancel()
+                handshakeTimer = nil
                 let event = E2EEstablishedEvent(
                     peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
                     service: session.service

@@ -41,10 +41,15 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .data(let payload) = unwrapInboundIn(data) else { return }
+        guard case .data(var payload) = unwrapInboundIn(data) else { return }
         let size = payload.data.readableBytes
         inFlight += size
         onBytes?(size)
+        // Held until the partner's loop has written it: detached from the HTTP/2 decoder's buffer (see
+        // `StreamDataCodec.detached`).
+        if case .byteBuffer(let buffer) = payload.data, size > 0 {
+            payload.data = .byteBuffer(StreamDataCodec.detached(buffer, allocator: context.channel.allocator))
+        }
         batch.append(.data(payload))
         batchBytes += size
     }

@@ -51,7 +51,10 @@ final class LoopBackendPool {
     private let eventLoop: any EventLoop
     private let configuration: ProxyConfiguration
     private let limit: Int
-    private var idle: [(connection: BackendHandler, timer: Scheduled<Void>)] = []
+    /// Idle connections, oldest first; each closes `backendIdleTimeout` after it went idle. One sweep timer serves
+    /// them all, so a request that takes and returns a connection schedules nothing.
+    private var idle: [(connection: BackendHandler, since: NIODeadline)] = []
+    private var sweep: Scheduled<Void>?
     private var waiters = CircularBuffer<Waiter>()
     private var nextWaiterID = 0
     /// Connections open or being opened; never above `limit`.
@@ -68,8 +71,7 @@ final class LoopBackendPool {
     /// Hands a connection to `callback`: the most recently used idle one, a new one, or (at the limit) the next one
     /// released, failing with `backend_busy` after the pool wait timeout.
     func lease(_ callback: @escaping LeaseCallback) {
-        while let (connection, timer) = idle.popLast() {
-            timer.cancel()
+        while let (connection, _) = idle.popLast() {
             if connection.isActive {
                 connection.requestCount += 1
                 callback(.success(connection))
@@ -105,10 +107,24 @@ final class LoopBackendPool {
             waiter.callback(.success(connection))
             return
         }
-        let timer = eventLoop.assumeIsolated().scheduleTask(in: configuration.backendIdleTimeout.timeAmount) {
-            connection.close()
+        let now = NIODeadline.now()
+        idle.append((connection, now))
+        scheduleSweep(at: now + configuration.backendIdleTimeout.timeAmount)
+    }
+
+    /// Closes the connections idle for `backendIdleTimeout` (shorter than the backend's own keep-alive, so the
+    /// gateway closes first), then sleeps until the next one is due.
+    private func scheduleSweep(at deadline: NIODeadline) {
+        guard sweep == nil else { return }
+        sweep = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
+            self.sweep = nil
+            let timeout = self.configuration.backendIdleTimeout.timeAmount
+            let now = NIODeadline.now()
+            let expired = self.idle.prefix { $0.since + timeout <= now }
+            self.idle.removeFirst(expired.count)
+            for (connection, _) in expired { connection.close() }
+            if let oldest = self.idle.first { self.scheduleSweep(at: oldest.since + timeout) }
         }
-        idle.append((connection, timer))
     }
 
     private func connect(_ callback: @escaping LeaseCallback) {
@@ -120,7 +136,12 @@ final class LoopBackendPool {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     // Bytes that follow a 101 response belong to the upgraded protocol and must reach the client.
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .forwardBytes)
+                    // Request heads are the client's, already parsed strictly, plus values the gateway sets itself
+                    // (see `ProxyCore.configureClientPipeline`): validating them again on the way out is waste.
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(
+                        leftOverBytesStrategy: .forwardBytes,
+                        enableOutboundHeaderValidation: false
+                    )
                     try channel.pipeline.syncOperations.addHandler(BackendHandler())
                 }
             }
@@ -151,7 +172,7 @@ final class LoopBackendPool {
     private func connectionClosed(_ connection: BackendHandler?) {
         openCount -= 1
         if let connection, let index = idle.firstIndex(where: { $0.connection === connection }) {
-            idle.remove(at: index).timer.cancel()
+            idle.remove(at: index)
         }
         serveWaiterIfPossible()
     }

@@ -10,7 +10,9 @@ public struct ClientContext: Sendable {
         case https
     }
 
-    public var remoteAddress: SocketAddress?
+    public var remoteAddress: SocketAddress? {
+        didSet { forwardedFor = Self.render(remoteAddress) }
+    }
     public var scheme: Scheme
     /// Set only when the transport verified an enrolled identity; never taken from request headers.
     public var identity: PeerIdentity?
@@ -19,10 +21,14 @@ public struct ClientContext: Sendable {
         self.remoteAddress = remoteAddress
         self.scheme = scheme
         self.identity = identity
+        self.forwardedFor = Self.render(remoteAddress)
     }
 
-    /// The client's address as it appears in `X-Forwarded-For`: the bare IP, no port.
-    var forwardedFor: String {
-        remoteAddress?.ipAddress ?? "unknown"
+    /// The client's address as it appears in `X-Forwarded-For`: the bare IP, no port. Rendered once per connection,
+    /// not per request (`SocketAddress.ipAddress` formats the address anew on every call).
+    private(set) var forwardedFor: String
+
+    private static func render(_ address: SocketAddress?) -> String {
+        address?.ipAddress ?? "unknown"
     }
 }

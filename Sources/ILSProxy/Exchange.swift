@@ -24,7 +24,9 @@ final class Exchange {
     var bytesOut = 0
     /// How many backend connections this exchange has tried; a request is retried at most once.
     var attempts = 0
-    var headerTimer: Scheduled<Void>?
+    /// When the backend must have sent the response head by (`--backend-header-timeout`); checked lazily by the
+    /// handler's one header timer.
+    var headerDeadline: NIODeadline?
     /// The backend's 101 answer to an upgrade request, held until its `.end` arrives.
     var switchingProtocols: HTTPResponseHead?
 

@@ -207,7 +207,26 @@ enum HeaderRewriter {
     /// A header name as compared here: lowercased, with `_` read as `-`, because CGI/WSGI backends turn both into the
     /// same variable (`X_ILS_Identity` and `X-ILS-Identity` are both `HTTP_X_ILS_IDENTITY`).
     static func canonical(_ name: String) -> String {
-        name.lowercased().replacingOccurrences(of: "_", with: "-")
+        // Header names are tokens (RFC 9110 §5.6.2): ASCII, so a byte-wise map is exact. Most names need no change.
+        let utf8 = name.utf8
+        guard utf8.contains(where: { ($0 >= 0x41 && $0 <= 0x5A) || $0 == 0x5F || $0 >= 0x80 }) else { return name }
+        guard utf8.allSatisfy({ $0 < 0x80 }) else { return name.lowercased().replacing("_", with: "-") }
+        return String(
+            unsafeUninitializedCapacity: utf8.count,
+            initializingUTF8With: { buffer in
+                var index = 0
+                for byte in utf8 {
+                    buffer[index] =
+                        switch byte {
+                        case 0x41...0x5A: byte | 0x20
+                        case 0x5F: 0x2D
+                        default: byte
+                        }
+                    index += 1
+                }
+                return index
+            }
+        )
     }
 
     /// Request trailers without the gateway-owned and hop-by-hop names: a trailer must not carry an identity either.

@@ -29,11 +29,14 @@ public struct ProxyCore: Sendable {
         limits.maxHeaderListSize = configuration.maxRequestHeaderBytes
         limits.maxHeaderFieldSize = configuration.maxRequestHeaderBytes
         limits.maxHeaderFieldCount = configuration.maxRequestHeaderCount
+        // Outbound header validation would re-check, on every response, names and values that the backend
+        // connection's parser has already refused unless they were valid tokens and field values (llhttp, strict);
+        // what the gateway adds itself is an address, a scheme, or an identity name the controller validated.
         try pipeline.configureHTTPServerPipeline(
             withPipeliningAssistance: true,
             withServerUpgrade: nil,
             withErrorHandling: false,
-            withOutboundHeaderValidation: true,
+            withOutboundHeaderValidation: false,
             withEncoderConfiguration: .init(),
             withDecoderLimitConfiguration: limits
         )

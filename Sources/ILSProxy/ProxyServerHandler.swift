@@ -37,12 +37,21 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var state = State.idle
     var context: ChannelHandlerContext?
     private var pool: LoopBackendPool?
+    /// Timers are lazy, at most one of each kind per connection: a request does not schedule and cancel timers, it
+    /// moves a deadline, and a timer that fires early looks at the deadline and sleeps again. Scheduling and
+    /// cancelling per request cost more than the rest of a small request's bookkeeping.
     private var idleTimer: Scheduled<Void>?
+    /// When the connection went idle (no request in progress); `nil` while a request is in progress.
+    private var idleSince: NIODeadline?
+    private var headerTimer: Scheduled<Void>?
+    private var closingTimer: Scheduled<Void>?
     private var stallTimer: Scheduled<Void>?
     /// Runs while a request body is incomplete and nothing of the response has been sent: a client that stops
     /// sending its body (slowloris on the body) is cut after the idle timeout instead of holding its client and
-    /// backend connections for ever.
+    /// backend connections for ever. Armed at the end of a read burst that left a body unfinished (so a request
+    /// without a body never schedules it), and lazy like the others: each body part only moves `bodyProgress`.
     private var bodyTimer: Scheduled<Void>?
+    private var bodyProgress = NIODeadline.uptimeNanoseconds(0)
     private var pendingRead = false
     private var backendNeedsFlush = false
     private var clientNeedsFlush = false
@@ -63,9 +72,16 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        idleTimer?.cancel()
-        bodyTimer?.cancel()
+        cancelTimers()
         self.context = nil
+    }
+
+    private func cancelTimers() {
+        bodyTimer?.cancel()
+        idleTimer?.cancel()
+        headerTimer?.cancel()
+        closingTimer?.cancel()
+        stallTimer?.cancel()
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -87,6 +103,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             backend.flush()
         }
         backendNeedsFlush = false
+        armBodyTimerIfNeeded()
         context.fireChannelReadComplete()
     }
 
@@ -108,14 +125,11 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        idleTimer?.cancel()
-        stallTimer?.cancel()
-        bodyTimer?.cancel()
+        cancelTimers()
         switch state {
         case .forwarding(let exchange, let backend):
             // The client went away mid-exchange: close the backend request now, so a generation stops and costs
             // nothing more. The connection is not reused: its response is unfinished.
-            exchange.headerTimer?.cancel()
             backend.delegate = nil
             pool?.release(backend, reusable: false)
             accessLog.record(exchange, client: client, outcome: "client_closed")
@@ -139,7 +153,6 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case .waitingForBackend(let exchange) where !exchange.responseHeadSent:
                 respond(with: answer, to: exchange)
             case .forwarding(let exchange, let backend) where !exchange.responseHeadSent:
-                exchange.headerTimer?.cancel()
                 backend.delegate = nil
                 pool?.release(backend, reusable: false)
                 respond(with: answer, to: exchange)
@@ -181,27 +194,54 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func enterClosing() {
         state = .closing
-        guard let context else { return }
+        idleSince = nil
+        guard let context, closingTimer == nil else { return }
         let channel = context.channel
-        idleTimer?.cancel()
-        idleTimer = context.eventLoop.scheduleTask(in: Self.closingDeadline) {
+        closingTimer = context.eventLoop.scheduleTask(in: Self.closingDeadline) {
             channel.close(promise: nil)
         }
     }
 
+    /// The connection is idle from now: it is closed if no request starts within `--idle-timeout`.
     private func armIdleTimer() {
-        idleTimer?.cancel()
-        guard let context else { return }
+        let now = NIODeadline.now()
+        idleSince = now
+        scheduleIdleCheck(at: now + configuration.clientIdleTimeout.timeAmount)
+    }
+
+    private func scheduleIdleCheck(at deadline: NIODeadline) {
+        guard idleTimer == nil, let context else { return }
         let channel = context.channel
-        idleTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.clientIdleTimeout.timeAmount) {
-            if case .idle = self.state {
+        idleTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
+            self.idleTimer = nil
+            guard case .idle = self.state, let since = self.idleSince else { return }
+            let due = since + self.configuration.clientIdleTimeout.timeAmount
+            if due <= .now() {
                 channel.close(promise: nil)
+            } else {
+                self.scheduleIdleCheck(at: due)
+            }
+        }
+    }
+
+    /// Times out the current exchange if the backend has not sent its response head by the exchange's deadline.
+    private func scheduleHeaderCheck(at deadline: NIODeadline) {
+        guard headerTimer == nil, let context else { return }
+        headerTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
+            self.headerTimer = nil
+            guard case .forwarding(let exchange, _) = self.state, !exchange.responseHeadSent,
+                let due = exchange.headerDeadline
+            else { return }
+            if due <= .now() {
+                self.backendHeaderTimeout(exchange)
+            } else {
+                self.scheduleHeaderCheck(at: due)
             }
         }
     }
 
     private func receivedHead(_ head: HTTPRequestHead) {
-        idleTimer?.cancel()
+        idleSince = nil
         // A pipelined request behind one that closes the connection is not answered; the close is already on its
         // way after the last response byte.
         if case .closing = state { return }
@@ -219,40 +259,53 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.closeAfterResponse = forwarded.clientWantsClose || forwarded.isUpgrade
             exchange.expectsContinue = head.headers["expect"].contains { $0.lowercased() == "100-continue" }
             state = .waitingForBackend(exchange)
-            armBodyTimer(exchange)
+            bodyProgress = .now()
             leaseBackend(for: exchange)
         }
     }
 
-    private func armBodyTimer(_ exchange: Exchange) {
-        bodyTimer?.cancel()
-        bodyTimer = nil
-        guard let context, !exchange.requestComplete, !exchange.responseHeadSent else { return }
-        bodyTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.clientIdleTimeout.timeAmount) {
-            self.bodyTimedOut(exchange)
+    /// Makes sure a body timer runs while the current request's body is unfinished and unanswered.
+    private func armBodyTimerIfNeeded() {
+        guard bodyTimer == nil, let exchange = currentExchange, !exchange.requestComplete, !exchange.responseHeadSent
+        else { return }
+        scheduleBodyCheck(at: bodyProgress + configuration.clientIdleTimeout.timeAmount)
+    }
+
+    private var currentExchange: Exchange? {
+        switch state {
+        case .waitingForBackend(let exchange), .forwarding(let exchange, _): exchange
+        case .idle, .closing, .upgraded, .closed: nil
         }
     }
 
-    private func bodyTimedOut(_ exchange: Exchange) {
-        bodyTimer = nil
-        switch state {
-        case .waitingForBackend(let current) where current === exchange:
-            // Client reads are held while no backend connection is ready: the silence is ours, not the client's.
-            armBodyTimer(exchange)
-        case .forwarding(let current, let backend) where current === exchange:
-            if exchange.requestComplete || exchange.responseHeadSent { return }
+    private func scheduleBodyCheck(at deadline: NIODeadline) {
+        guard let context else { return }
+        bodyTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
+            self.bodyTimer = nil
+            self.checkBody()
+        }
+    }
+
+    private func checkBody() {
+        guard let exchange = currentExchange, !exchange.requestComplete, !exchange.responseHeadSent else { return }
+        let due = bodyProgress + configuration.clientIdleTimeout.timeAmount
+        if case .forwarding(_, let backend) = state, due <= .now() {
             if pendingRead || !backend.isWritable {
                 // Held by backpressure from the backend, not stalled by the client.
-                armBodyTimer(exchange)
+                bodyProgress = .now()
+                armBodyTimerIfNeeded()
                 return
             }
-            exchange.headerTimer?.cancel()
             backend.delegate = nil
             pool?.release(backend, reusable: false)
             respond(with: .requestBodyTimeout, to: exchange)
-        default:
             return
         }
+        if case .waitingForBackend = state {
+            // Client reads are held while no backend connection is ready: the silence is ours, not the client's.
+            bodyProgress = max(bodyProgress, .now())
+        }
+        scheduleBodyCheck(at: max(due, bodyProgress + configuration.clientIdleTimeout.timeAmount))
     }
 
     private func receivedBody(_ buffer: ByteBuffer) {
@@ -264,15 +317,13 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.bytesIn += buffer.readableBytes
             backend.write(.body(.byteBuffer(buffer)))
             backendNeedsFlush = true
-            armBodyTimer(exchange)
+            bodyProgress = .now()
         case .idle, .closing, .upgraded, .closed:
             break
         }
     }
 
     private func receivedEnd(_ trailers: HTTPHeaders?) {
-        bodyTimer?.cancel()
-        bodyTimer = nil
         switch state {
         case .waitingForBackend(let exchange):
             exchange.requestComplete = true
@@ -324,11 +375,9 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         exchange.buffered = []
         for part in buffered { backend.write(part) }
         backend.flush()
-        exchange.headerTimer = context.eventLoop.assumeIsolated().scheduleTask(
-            in: configuration.backendHeaderTimeout.timeAmount
-        ) {
-            self.backendHeaderTimeout(exchange)
-        }
+        let deadline = NIODeadline.now() + configuration.backendHeaderTimeout.timeAmount
+        exchange.headerDeadline = deadline
+        scheduleHeaderCheck(at: deadline)
         if backend.isWritable { releasePendingRead() }
     }
 
@@ -359,9 +408,6 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// was not read, so the connection's framing can't be trusted for another request.
     private func respond(with error: ProxyError, to exchange: Exchange?) {
         guard let context else { return }
-        exchange?.headerTimer?.cancel()
-        bodyTimer?.cancel()
-        bodyTimer = nil
         if let exchange, exchange.responseHeadSent {
             // Too late for a status: cutting the connection is how HTTP/1.1 says the response is incomplete.
             accessLog.record(exchange, client: client, outcome: error.code)
@@ -407,7 +453,6 @@ extension ProxyServerHandler: BackendConnectionDelegate {
         guard case .forwarding(let exchange, let backend) = state, let context else { return }
         switch part {
         case .head(let head):
-            exchange.headerTimer?.cancel()
             exchange.backendKeepAlive = head.isKeepAlive
             if exchange.forwarded?.isUpgrade == true, head.status == .switchingProtocols {
                 // Switch at the 101's `.end`: the response decoder still delivers that part after the head, and it
@@ -431,8 +476,6 @@ extension ProxyServerHandler: BackendConnectionDelegate {
             )
             exchange.status = head.status
             exchange.responseHeadSent = true
-            bodyTimer?.cancel()
-            bodyTimer = nil
             context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
             clientNeedsFlush = true
         case .body(let buffer):
@@ -482,7 +525,6 @@ extension ProxyServerHandler: BackendConnectionDelegate {
 
     func backendClosed(error: (any Error)?) {
         guard case .forwarding(let exchange, _) = state else { return }
-        exchange.headerTimer?.cancel()
         if exchange.isRetryable, !(error is HTTPParserError) {
             logger.debug("reused backend connection closed before answering; retrying once on a new connection")
             exchange.buffered = exchange.requestComplete ? [.end(nil)] : []

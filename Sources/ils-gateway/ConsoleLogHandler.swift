@@ -29,19 +29,23 @@ struct ConsoleLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var merged = metadata
-        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
+        let merged: Logger.Metadata
+        if metadata.isEmpty {
+            merged = event.metadata ?? [:]
+        } else {
+            merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
+        }
         var line: [UInt8] = []
         line.reserveCapacity(256)
         switch format {
         case .text:
             Self.appendTimestamp(to: &line)
             line.append(contentsOf: " \(event.level) \(label): \(event.message)".utf8)
-            for key in merged.keys.sorted() {
+            for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
                 line.append(UInt8(ascii: " "))
                 line.append(contentsOf: key.utf8)
                 line.append(UInt8(ascii: "="))
-                Self.appendQuotedIfNeeded("\(merged[key]!)", to: &line)
+                Self.appendQuotedIfNeeded(value.description, to: &line)
             }
         case .json:
             line.append(contentsOf: #"{"ts":""#.utf8)
@@ -49,8 +53,10 @@ struct ConsoleLogHandler: LogHandler {
             var fields: [(String, String)] = [
                 ("level", "\(event.level)"), ("logger", label), ("msg", "\(event.message)"),
             ]
-            let reserved = Set(["ts", "level", "logger", "msg"])
-            for key in merged.keys.sorted() where !reserved.contains(key) { fields.append((key, "\(merged[key]!)")) }
+            for (key, value) in merged.sorted(by: { $0.key < $1.key })
+            where key != "ts" && key != "level" && key != "logger" && key != "msg" {
+                fields.append((key, value.description))
+            }
             line.append(UInt8(ascii: "\""))
             for (key, value) in fields {
                 line.append(UInt8(ascii: ","))

@@ -32,7 +32,7 @@ struct ControllerHandshakeTests {
                 socket.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03])
             }
             // The server closes (recv returns 0 or a reset) long before this generous bound.
-            #expect(socket.waitForClose(timeoutSeconds: 20))
+            #expect(await socket.waitForClose(timeoutSeconds: 20))
             // And the port still serves a real client, whose own handshake (well under the deadline, even on a loaded
             // machine) completes.
             let client = ControllerClient(
@@ -67,8 +67,16 @@ private struct RawSocket {
         _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    /// Reads until end of stream or an error (closed), or until the timeout (still open).
-    func waitForClose(timeoutSeconds: Int) -> Bool {
+    /// Reads until end of stream or an error (closed), or until the timeout (still open). The blocking read runs on a
+    /// thread of its own: on Swift Concurrency's few cooperative threads it would stall every other test in the
+    /// process for seconds (and their connections would then hit their idle timeouts).
+    func waitForClose(timeoutSeconds: Int) async -> Bool {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: blockingWaitForClose(timeoutSeconds: timeoutSeconds)) }.start()
+        }
+    }
+
+    private func blockingWaitForClose(timeoutSeconds: Int) -> Bool {
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var buffer = [UInt8](repeating: 0, count: 4096)
