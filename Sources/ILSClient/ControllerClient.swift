@@ -1,6 +1,7 @@
 import Foundation
 public import ILSCore
 import ILSCrypto
+import NIOConcurrencyHelpers
 public import NIOCore
 public import NIOHTTP1
 import NIOPosix
@@ -99,6 +100,9 @@ public struct ControllerClient: Sendable {
         let trust = self.trust
         let host = address.host
         let collector = ResponseCollector.Box()
+        // Set only when the pinned check itself refused the controller's chain: any other TLS failure (a peer that
+        // hangs up mid-handshake) means "unreachable", not "this token names another CA".
+        let pinRefused = NIOLockedValueBox(false)
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -112,11 +116,18 @@ public struct ControllerClient: Sendable {
                                 context: sslContext,
                                 serverHostname: hostname,
                                 customVerificationCallback: { certificates, promise in
+                                    let checked = promise.futureResult.eventLoop.makePromise(
+                                        of: NIOSSLVerificationResult.self
+                                    )
+                                    checked.futureResult.whenSuccess { result in
+                                        if result == .failed { pinRefused.withLockedValue { $0 = true } }
+                                    }
+                                    checked.futureResult.cascade(to: promise)
                                     PinnedVerification.verify(
                                         certificates,
                                         fingerprint: fingerprint,
                                         host: host,
-                                        promise: promise
+                                        promise: checked
                                     )
                                 }
                             )
@@ -159,7 +170,7 @@ public struct ControllerClient: Sendable {
             try? await channel.close()
             return response
         } catch {
-            if case .pinnedFingerprint = trust, error is NIOSSLError {
+            if case .pinnedFingerprint = trust, error is NIOSSLError, pinRefused.withLockedValue({ $0 }) {
                 // The chain did not lead to the CA the token pins: this is not the controller the token names.
                 throw EnrollmentRefusal.caMismatch.error
             }

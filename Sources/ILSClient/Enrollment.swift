@@ -47,7 +47,9 @@ public enum Enrollment {
         try EnrollmentToken.checkExpiry(claims, now: Int64(now.timeIntervalSince1970))
         try IdentityName.validate(claims.ils_name)
         let path = outputPath ?? defaultPath(for: claims.ils_name)
-        if !force, FileManager.default.fileExists(atPath: path) {
+        // Anything at the path counts, a dangling symbolic link too (`attributesOfItem` does not follow links): the
+        // refusal must come before the token is spent, not when the file is written.
+        if !force, (try? FileManager.default.attributesOfItem(atPath: path)) != nil {
             throw ILSError(.conflict, "\(path) already exists; give --force to replace it or --out for another file")
         }
         // Check now that the file can be written, but create nothing until the controller has said yes: a refused

@@ -601,8 +601,6 @@ def test_out_through_a_planted_symlink_does_not_write_through_it(controller: Con
             assert (link.stat().st_mode & 0o777) == 0o600
 
 
-@pytest.mark.xfail(strict=True, reason="bug in ILSClient.Enrollment: the pre-check follows the symlink, so a dangling "
-                   "one passes it and the write fails only after the controller consumed the token")
 def test_out_at_a_dangling_symlink_is_refused_before_the_token_is_spent(controller: Controller) -> None:
     name = f"sym-{uuid.uuid4().hex[:6]}"
     token = make_token(controller, name)
@@ -614,8 +612,6 @@ def test_out_at_a_dangling_symlink_is_refused_before_the_token_is_spent(controll
     assert store_row(controller, name) == row, f"the refused enroll spent the token: {r.stderr.strip()!r}"
 
 
-@pytest.mark.xfail(strict=True, reason="bug in ILSClient: a TLS connection the server cuts mid-handshake is reported "
-                   "as a CA-fingerprint mismatch (exit 87) instead of an unreachable controller (exit 69)")
 def test_a_controller_that_hangs_up_mid_handshake_is_reported_unreachable(controller: Controller) -> None:
     """Something at the token's address takes the ClientHello and hangs up. The token was not spent, so the right
     answer is "unreachable, try again" (69), not "this token pins another CA" (87), which sends people hunting for
