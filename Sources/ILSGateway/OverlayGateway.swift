@@ -54,7 +54,9 @@ public final class OverlayGateway: Service, Sendable {
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
-        self.core = ProxyCore(configuration: proxy, logger: logger)
+        // All backend connections live on that one loop, so it gets the whole `--backend-max-connections`: split
+        // between the machine's cores, half of it would answer 503 beyond ~8,000 concurrent streams.
+        self.core = ProxyCore(configuration: proxy, logger: logger, loopCount: 1)
         self.logger = logger
     }
 

@@ -3,7 +3,7 @@ public import ILSClient
 public import ILSController
 public import ILSCore
 public import ILSGateway
-import ILSProxy
+public import ILSProxy
 public import ILSTunnel
 import Logging
 import NIOPosix
@@ -21,6 +21,7 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var tunnel: Tunnel?
     public private(set) var tunnelPort = 0
     private var tasks: [Task<Void, any Error>] = []
+    private var configureProxy: @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     static let logger = Logger(label: "cluster", factory: { _ in SwiftLogNoOpLogHandler() })
 
     public var backend: TestBackend { backends[0] }
@@ -33,7 +34,11 @@ public final class TestCluster: @unchecked Sendable {
     }
 
     /// Starts a controller, `gateways` gateways (each with its own backend) and a tunnel for a device `ipad`.
-    public static func start(gateways: Int = 1) async throws -> TestCluster {
+    /// `configureProxy` adjusts each gateway's proxy settings (limits, timeouts) before it starts.
+    public static func start(
+        gateways: Int = 1,
+        configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in }
+    ) async throws -> TestCluster {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
         let port = try freePort()
         let state = try ControllerState.initialize(
@@ -48,6 +53,7 @@ public final class TestCluster: @unchecked Sendable {
         )
         _ = try await server.start()
         let cluster = TestCluster(directory: directory, port: port, state: state, controller: server)
+        cluster.configureProxy = configureProxy
         for index in 0..<gateways { try await cluster.addGateway(name: "gw\(index + 1)") }
         try await cluster.startTunnel(identity: try await cluster.enroll("ipad", role: .device))
         return cluster
@@ -77,12 +83,9 @@ public final class TestCluster: @unchecked Sendable {
     public func addGateway(name: String) async throws {
         let backend = try await TestBackend.start()
         let identity = try await enroll(name, role: .gateway)
-        let gateway = try OverlayGateway(
-            identity: identity,
-            service: "claude-api",
-            proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port)),
-            logger: Self.logger
-        )
+        var proxy = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
+        configureProxy(&proxy)
+        let gateway = try OverlayGateway(identity: identity, service: "claude-api", proxy: proxy, logger: Self.logger)
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)
         gateways.append(gateway)

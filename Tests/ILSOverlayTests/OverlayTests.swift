@@ -101,6 +101,33 @@ struct OverlayTests {
         }
     }
 
+    /// The gateway keeps every backend connection on its one event loop: the whole `--backend-max-connections` is
+    /// that loop's, not a share of it per core.
+    @Test("an overlay gateway holds as many concurrent backend requests as --backend-max-connections allows")
+    func backendLimitIsTheGateways() async throws {
+        let cluster = try await TestCluster.start(configureProxy: { $0.backendMaxConnections = 4 })
+        do {
+            var streams: [TestHTTPConnection] = []
+            for _ in 0..<4 {
+                let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
+                try await connection.sendRequest("GET", "/sse?n=1000&interval_ms=1000")
+                streams.append(connection)
+            }
+            // Every stream is answered while all four are open (with the limit split per core, the later ones would
+            // wait for a connection to come free, and get 503 after the pool wait).
+            for connection in streams {
+                #expect(try await connection.readHead().status == 200)
+                #expect(try await connection.readBodyPart() != nil)
+            }
+            #expect(cluster.backend.record.connectionsAccepted == 4)
+            for connection in streams { await connection.close() }
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
     @Test("a gateway identity used in a tunnel is refused by policy, at once, and the backend hears nothing")
     func gatewayIdentityCannotDial() async throws {
         try await withCluster { cluster in
