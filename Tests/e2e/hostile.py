@@ -89,3 +89,14 @@ def rss_bytes(pid: int) -> int:
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def backend_saw(backend, marker: str, wait_s: float = 0.5) -> bool:
+    """Whether the marker shows up in the backend's access log (after a short wait for a late line)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if marker in backend.full_log():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)

@@ -17,13 +17,12 @@ import ssl
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-import httpx
 import pytest
 
 from conftest import Backend, Certs, Gateway
-from hostile import RawOutcome, fd_count, read_until_closed, rss_bytes, send_raw
+from hostile import RawOutcome, backend_saw, fd_count, read_until_closed, rss_bytes, send_raw
 
 pytestmark = pytest.mark.e2e
 
@@ -61,17 +60,6 @@ def tls_gw(ils_bin: Path, hostile_backend: Backend, certs: Certs, work_dir: Path
 
 def probe() -> str:
     return f"p{uuid.uuid4().hex}"
-
-
-def backend_saw(backend: Backend, marker: str, wait_s: float = 0.5) -> bool:
-    """Whether the marker shows up in the backend's access log (after a short wait for a late line)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        if marker in backend.full_log():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
 
 
 def assert_still_serves(g: Gateway) -> None:

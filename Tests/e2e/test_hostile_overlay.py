@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from conftest import Backend, Controller, ManagedProcess, cli_env
-from hostile import fd_count, read_until_closed, rss_bytes, send_raw
+from hostile import backend_saw, fd_count, read_until_closed, rss_bytes, send_raw
 from test_hostile_http import SMUGGLED
 from test_overlay import SERVICE, Tunnel, enroll
 
@@ -56,16 +56,6 @@ def overlay(controller: Controller) -> Iterator[HostileOverlay]:
         tunnel.stop()
         gateway.stop()
         backend.stop()
-
-
-def backend_saw(backend: Backend, marker: str, wait_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + wait_s
-    while True:
-        if marker in backend.full_log():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
 
 
 def assert_still_serves(o: HostileOverlay) -> None:
