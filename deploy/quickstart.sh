@@ -94,7 +94,9 @@ echo "   curl -N 'http://127.0.0.1:$TUNNEL_PORT/claude/stream?prompt=hello&n=6&i
 curl -sSN --max-time 30 "http://127.0.0.1:$TUNNEL_PORT/claude/stream?prompt=hello&n=6&interval_ms=300" |
     while IFS= read -r line; do
         line=${line%$'\r'}
-        [ -n "$line" ] && printf '   %s  %s\n' "$(date +%T.%3N)" "$line"
+        # `||`, not `&&`: a blank line (the end of every event) must not become the loop's, and so the pipeline's,
+        # failing status under `set -e -o pipefail`.
+        [ -z "$line" ] || printf '   %s  %s\n' "$(date +%T.%3N)" "$line"
     done
 echo
 echo "== the gateway's access line names the device it verified:"
