@@ -17,6 +17,7 @@ public final class TestBackend: Sendable {
     public final class Record: Sendable {
         struct State {
             var connectionsAccepted = 0
+            var connectionsClosed = 0
             var streamsDisconnected = 0
             var streamsCompleted = 0
             var eventsSent = 0
@@ -26,6 +27,8 @@ public final class TestBackend: Sendable {
         private let state = NIOLockedValueBox(State())
 
         public var connectionsAccepted: Int { state.withLockedValue { $0.connectionsAccepted } }
+        /// Connections that have ended (closed by either side).
+        public var connectionsClosed: Int { state.withLockedValue { $0.connectionsClosed } }
         /// Streams (`/sse`, `/plain`) that ended because the client side closed before the last event.
         public var streamsDisconnected: Int { state.withLockedValue { $0.streamsDisconnected } }
         public var streamsCompleted: Int { state.withLockedValue { $0.streamsCompleted } }
@@ -70,6 +73,7 @@ public final class TestBackend: Sendable {
                     children.withLockedValue { $0[key] = channel }
                     channel.closeFuture.whenComplete { _ in
                         _ = children.withLockedValue { $0.removeValue(forKey: key) }
+                        record.update { $0.connectionsClosed += 1 }
                     }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(TestBackendHandler(record: record))

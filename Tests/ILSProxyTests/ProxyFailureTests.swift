@@ -92,6 +92,23 @@ struct ProxyFailureTests {
         }
     }
 
+    /// Timers are lazy (a request moves the deadline, the timer looks at it when it fires): the idle timeout counts
+    /// from the end of the last response, not from when the connection first went idle.
+    @Test("the idle timeout starts again after every response")
+    func idleTimeoutRestartsAfterEachResponse() async throws {
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(4) }) { fixture in
+            let connection = try await fixture.connect()
+            for _ in 0..<2 {
+                // The second request comes 5 s after the connection first went idle, 2.5 s after it last did.
+                try await Task.sleep(for: .milliseconds(2500))
+                try await connection.sendRequest("GET", "/health")
+                #expect(try await connection.readHead().status == 200)
+                _ = try await connection.readBody()
+            }
+            await connection.close()
+        }
+    }
+
     @Test("an idle keep-alive client connection is closed after the idle timeout")
     func idleClientIsClosed() async throws {
         try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(1) }) { fixture in

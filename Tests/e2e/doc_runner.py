@@ -17,7 +17,6 @@ Every block has a timeout, and every background process is stopped at the end.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess

@@ -100,3 +100,16 @@ def backend_saw(backend, marker: str, wait_s: float = 0.5) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def assert_no_growth(name: str, pid: int, before: tuple[int, int], what: str) -> None:
+    """After abuse: descriptors back to `before` (waiting up to 10 s for closes to land) and resident memory grown by
+    less than 8 MiB."""
+    rss0, fds0 = before
+    deadline = time.monotonic() + 10
+    while fd_count(pid) > fds0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    rss1, fds1 = rss_bytes(pid), fd_count(pid)
+    print(f"{name}: {what}, RSS {rss0 / 1048576:.1f} -> {rss1 / 1048576:.1f} MiB, descriptors {fds0} -> {fds1}")
+    assert rss1 - rss0 < 8 * 1024 * 1024, f"{name}: RSS grew by {(rss1 - rss0) / 1048576:.1f} MiB"
+    assert fds1 <= fds0, f"{name}: descriptors leaked ({fds0} -> {fds1})"

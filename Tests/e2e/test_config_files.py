@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator, Optional
 

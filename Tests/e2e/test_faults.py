@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Optional
 import httpx
 import pytest
 
-from conftest import STARTUP_TIMEOUT_S, Backend, Controller, ManagedProcess, cli_env, port_accepts
+from conftest import Backend, Controller, ManagedProcess, cli_env
 from sse_helpers import assert_gateway_error, parse_sse, timed_lines, wait_for_idle_streams
 from test_overlay import SERVICE, Tunnel, enroll
 
@@ -209,7 +209,6 @@ def test_controller_sigkill_mid_traffic_recovers_by_itself(faulty: Faulty) -> No
 
     # While it is down (at least 2 s, so the gateway's reconnect backoff grows): requests fail, promptly.
     while time.monotonic() - killed < 2.0:
-        started = time.monotonic()
         ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
         assert not ok, "a request went through with the controller down"
         assert "Timeout" not in outcome, f"a request hung with the controller down: {outcome}"
@@ -231,19 +230,26 @@ def test_controller_sigkill_mid_traffic_recovers_by_itself(faulty: Faulty) -> No
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def kill_mid_stream(f: Faulty, victim: ManagedProcess, what: str) -> float:
+    """Opens an SSE stream through the overlay, SIGKILLs `victim` mid-stream, and returns how long the stream took
+    to end after it."""
+    client, response, lines = open_stream(f)
+    try:
+        sigkill(victim)
+        took, how = drain_until_end(lines)
+    finally:
+        response.close()
+        client.close()
+    print(f"stream {what} ended {took:.2f} s after SIGKILL ({how})")
+    return took
+
+
 def test_backend_sigkill_gives_502_then_recovers(faulty: Faulty) -> None:
     f = faulty
     port = f.backend.port
     wait_until_flowing(f, 10.0)
     wait_for_idle_streams(f.backend)
-    client, response, lines = open_stream(f)
-    try:
-        sigkill(f.backend)
-        took, how = drain_until_end(lines)
-    finally:
-        response.close()
-        client.close()
-    print(f"stream from the killed backend ended {took:.2f} s after SIGKILL ({how})")
+    took = kill_mid_stream(f, f.backend, "from the killed backend")
     assert took < STREAM_END_BOUND_S
 
     for attempt in range(3):  # none may hang on, or reuse, a dead backend connection
@@ -273,14 +279,7 @@ def test_gateway_sigkill_then_restart_recovers(faulty: Faulty) -> None:
     tunnel_pid = f.tunnel.pid
     wait_until_flowing(f, 10.0)
     wait_for_idle_streams(f.backend)
-    client, response, lines = open_stream(f)
-    try:
-        sigkill(f.gateway)
-        took, how = drain_until_end(lines)
-    finally:
-        response.close()
-        client.close()
-    print(f"stream through the killed gateway ended {took:.2f} s after SIGKILL ({how})")
+    took = kill_mid_stream(f, f.gateway, "through the killed gateway")
     assert took < STREAM_END_BOUND_S
     # The backend learns that its client went away (the gateway's sockets died with it).
     deadline = time.monotonic() + 10

@@ -8,7 +8,6 @@ cut a stalled upload, and keep its memory and descriptors flat over hundreds of 
 from __future__ import annotations
 
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -16,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from conftest import Backend, Controller, ManagedProcess, cli_env
-from hostile import backend_saw, fd_count, read_until_closed, rss_bytes, send_raw
+from hostile import assert_no_growth, backend_saw, fd_count, read_until_closed, rss_bytes, send_raw
 from test_hostile_http import SMUGGLED
 from test_overlay import SERVICE, Tunnel, enroll
 
@@ -109,12 +108,4 @@ def test_hostile_circuits_leave_no_memory_or_descriptors_behind(overlay: Hostile
         round_of_abuse()
     assert_still_serves(overlay)
     for name, pid in procs.items():
-        rss0, fds0 = before[name]
-        deadline = time.monotonic() + 10
-        while fd_count(pid) > fds0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        rss1, fds1 = rss_bytes(pid), fd_count(pid)
-        print(f"{name}: {rounds * len(payloads)} hostile circuits, RSS {rss0 / 1048576:.1f} -> "
-              f"{rss1 / 1048576:.1f} MiB, descriptors {fds0} -> {fds1}")
-        assert rss1 - rss0 < 8 * 1024 * 1024, f"{name}: RSS grew by {(rss1 - rss0) / 1048576:.1f} MiB"
-        assert fds1 <= fds0, f"{name}: descriptors leaked ({fds0} -> {fds1})"
+        assert_no_growth(name, pid, before[name], f"{rounds * len(payloads)} hostile circuits")

@@ -6,7 +6,6 @@ blocks and are not run here (deploy/systemd/verify.sh and test_deploy_files.py c
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
