@@ -299,6 +299,7 @@ let package = Package(
                 "ILSCrypto",
                 "ILSController",
                 "ILSClient",
+                "ILSTesting",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

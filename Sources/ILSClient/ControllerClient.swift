@@ -206,7 +206,12 @@ public struct ControllerClient: Sendable {
 
     static func describe(_ error: any Error) -> String {
         if let tls = error as? NIOSSLError, case .handshakeFailed = tls {
-            return "the TLS handshake failed (the controller's certificate is not the one expected)"
+            // Only a refused certificate means "not the controller expected"; a handshake cut short (the controller's
+            // deadline on a loaded machine, a middlebox) is a reachability problem and says what happened.
+            if "\(tls)".contains("CERTIFICATE_VERIFY_FAILED") {
+                return "the TLS handshake failed (the controller's certificate is not the one expected)"
+            }
+            return "the TLS handshake failed (\(tls))"
         }
         if let error = error as? ILSError { return error.reason }
         return "\(error)"

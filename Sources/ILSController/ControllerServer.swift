@@ -27,6 +27,8 @@ public final class ControllerServer: Service, Sendable {
     }
     /// A connection gets this long for its TLS handshake; see `HandshakeDeadlineHandler`.
     public static let defaultHandshakeTimeout: TimeAmount = .seconds(10)
+    /// How long a gateway may take to accept a circuit before the relay tries the next one.
+    public static let defaultCircuitOpenTimeout: TimeAmount = .seconds(5)
 
     private let listen: HostPort
     private let group: MultiThreadedEventLoopGroup
@@ -43,7 +45,8 @@ public final class ControllerServer: Service, Sendable {
         listen: HostPort,
         group: MultiThreadedEventLoopGroup = .singleton,
         logger: Logger,
-        handshakeTimeout: TimeAmount = ControllerServer.defaultHandshakeTimeout
+        handshakeTimeout: TimeAmount = ControllerServer.defaultHandshakeTimeout,
+        circuitOpenTimeout: TimeAmount = ControllerServer.defaultCircuitOpenTimeout
     ) throws(ILSError) {
         self.listen = listen
         self.handshakeTimeout = handshakeTimeout
@@ -51,7 +54,7 @@ public final class ControllerServer: Service, Sendable {
         self.logger = logger
         let controller = Controller(state: state)
         let live = LiveConnections()
-        let relay = Relay(controller: controller, logger: logger)
+        let relay = Relay(controller: controller, gatewayTimeout: circuitOpenTimeout, logger: logger)
         self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
         self.overlay = ControllerOverlay(controller: controller, relay: relay, live: live, logger: logger)
         do {

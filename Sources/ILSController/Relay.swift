@@ -46,10 +46,11 @@ final class Relay: Sendable {
     private let controller: Controller
     private let logger: Logger
     /// How long a gateway may take to accept a circuit before the relay tries another.
-    static let gatewayTimeout: TimeAmount = .seconds(5)
+    private let gatewayTimeout: TimeAmount
 
-    init(controller: Controller, logger: Logger) {
+    init(controller: Controller, gatewayTimeout: TimeAmount, logger: Logger) {
         self.controller = controller
+        self.gatewayTimeout = gatewayTimeout
         self.logger = logger
     }
 
@@ -150,7 +151,7 @@ final class Relay: Sendable {
             )
         }
         let opened = host.channel.eventLoop.makePromise(of: Void.self)
-        let timeout = host.channel.eventLoop.scheduleTask(in: Self.gatewayTimeout) {
+        let timeout = host.channel.eventLoop.scheduleTask(in: gatewayTimeout) {
             opened.fail(CircuitRefused(code: "timeout", reason: "the gateway did not answer"))
         }
         let gatewayStream = host.multiplexer.createStreamChannel { channel in

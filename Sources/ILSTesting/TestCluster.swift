@@ -22,7 +22,14 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var tunnelPort = 0
     private var tasks: [Task<Void, any Error>] = []
     private var configureProxy: @Sendable (inout ProxyConfiguration) -> Void = { _ in }
-    static let logger = Logger(label: "cluster", factory: { _ in SwiftLogNoOpLogHandler() })
+    /// Silent, unless `ILS_TEST_LOG` names a level (`debug`, `info`, ...): then every role logs to standard error.
+    static let logger: Logger = {
+        guard let raw = ProcessInfo.processInfo.environment["ILS_TEST_LOG"], let level = Logger.Level(rawValue: raw)
+        else { return Logger(label: "cluster", factory: { _ in SwiftLogNoOpLogHandler() }) }
+        var logger = Logger(label: "cluster", factory: { StreamLogHandler.standardError(label: $0) })
+        logger.logLevel = level
+        return logger
+    }()
 
     public var backend: TestBackend { backends[0] }
 
@@ -49,7 +56,8 @@ public final class TestCluster: @unchecked Sendable {
         let server = try ControllerServer(
             state: state,
             listen: HostPort(host: "127.0.0.1", port: port),
-            logger: logger
+            logger: logger,
+            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
         )
         _ = try await server.start()
         let cluster = TestCluster(directory: directory, port: port, state: state, controller: server)
@@ -119,7 +127,8 @@ public final class TestCluster: @unchecked Sendable {
         let server = try ControllerServer(
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
-            logger: Self.logger
+            logger: Self.logger,
+            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
         )
         _ = try await server.start()
         controller = server

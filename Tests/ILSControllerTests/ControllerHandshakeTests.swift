@@ -2,7 +2,10 @@ import Foundation
 import ILSClient
 import ILSController
 import ILSCore
+import ILSTesting
 import Logging
+import NIOCore
+import NIOPosix
 import Testing
 
 #if canImport(Glibc)
@@ -21,7 +24,7 @@ struct ControllerHandshakeTests {
                 state: fixture.state,
                 listen: HostPort(host: "127.0.0.1", port: 0),
                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                handshakeTimeout: .seconds(3)
+                handshakeTimeout: TestTiming.scaled(.seconds(3))
             )
             let port = try #require(try await server.start().port)
             defer { Task { await server.shutdown() } }
@@ -43,6 +46,56 @@ struct ControllerHandshakeTests {
             #expect(info.caCertificate == fixture.state.authority.certificatePEM)
         }
     }
+}
+
+@Suite("What a client says when the controller's TLS handshake fails")
+struct ControllerHandshakeFailureTests {
+    @Test("a certificate from another CA is named as such; a handshake the peer cuts short is not")
+    func handshakeFailuresAreTold() async throws {
+        try await ControllerFixture.with { fixture in
+            let otherDirectory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("ils-other-ca-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: otherDirectory) }
+            let otherCA = try ControllerState.initialize(
+                directory: "\(otherDirectory)/state",
+                address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
+                adminOut: "\(otherDirectory)/admin.json"
+            ).authority.certificatePEM
+            let wrongCA = ControllerClient(
+                address: fixture.state.address,
+                trust: .certificateAuthority(otherCA)
+            )
+            let refused = await #expect(throws: ILSError.self) {
+                let _: ControllerAPI.EnrollInfo = try await wrongCA.call(.GET, "/v1/enroll/info")
+            }
+            #expect(refused?.reason.contains("certificate is not the one expected") == true)
+
+            // A peer that takes the ClientHello and hangs up: the handshake fails, and nothing blames a certificate.
+            let hangUp = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .childChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(CloseOnFirstRead())
+                    }
+                }
+                .bind(host: "127.0.0.1", port: 0).get()
+            defer { hangUp.close(promise: nil) }
+            let cut = ControllerClient(
+                address: try ControllerAddress(parsing: "https://127.0.0.1:\(hangUp.localAddress!.port!)"),
+                trust: .certificateAuthority(fixture.state.authority.certificatePEM)
+            )
+            let failed = await #expect(throws: ILSError.self) {
+                let _: ControllerAPI.EnrollInfo = try await cut.call(.GET, "/v1/enroll/info")
+            }
+            #expect(failed?.reason.contains("not the one expected") == false)
+        }
+    }
+}
+
+/// Closes the connection as soon as anything arrives.
+private final class CloseOnFirstRead: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) { context.close(promise: nil) }
 }
 
 /// A blocking TCP socket on 127.0.0.1, for bytes no TLS library would send.

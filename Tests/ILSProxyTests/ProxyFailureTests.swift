@@ -80,11 +80,11 @@ struct ProxyFailureTests {
     @Test("a stream that keeps moving outlives the header timeout and the idle timeout")
     func movingStreamIsNeverCut() async throws {
         try await ProxyFixture.with(configure: {
-            $0.proxy.backendHeaderTimeout = .seconds(1)
-            $0.proxy.clientIdleTimeout = .seconds(1)
+            $0.proxy.backendHeaderTimeout = TestTiming.scaled(.seconds(1))
+            $0.proxy.clientIdleTimeout = TestTiming.scaled(.seconds(1))
         }) { fixture in
             let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/sse?n=12&interval_ms=250")
+            try await connection.sendRequest("GET", "/sse?n=12&interval_ms=\(TestTiming.scaled(milliseconds: 250))")
             #expect(try await connection.readHead().status == 200)
             let text = String(buffer: try await connection.readBody())
             #expect(text.contains("\"index\": 11"))
@@ -96,11 +96,12 @@ struct ProxyFailureTests {
     /// from the end of the last response, not from when the connection first went idle.
     @Test("the idle timeout starts again after every response")
     func idleTimeoutRestartsAfterEachResponse() async throws {
-        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(4) }) { fixture in
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = TestTiming.scaled(.seconds(4)) }) {
+            fixture in
             let connection = try await fixture.connect()
             for _ in 0..<2 {
                 // The second request comes 5 s after the connection first went idle, 2.5 s after it last did.
-                try await Task.sleep(for: .milliseconds(2500))
+                try await Task.sleep(for: TestTiming.scaled(.milliseconds(2500)))
                 try await connection.sendRequest("GET", "/health")
                 #expect(try await connection.readHead().status == 200)
                 _ = try await connection.readBody()

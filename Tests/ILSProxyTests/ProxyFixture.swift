@@ -28,6 +28,7 @@ struct ProxyFixture {
             proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
         )
         configuration.drainTimeout = .seconds(5)
+        configuration.proxy.backendIdleTimeout = TestTiming.scaled(configuration.proxy.backendIdleTimeout)
         configure(&configuration)
         let gateway = try HTTPModeServer(configuration: configuration, logger: quietLogger)
         let address = try await gateway.start()

@@ -91,7 +91,8 @@ struct ProxyResourceTests {
 
     @Test("an idle backend connection is reused at once, and closed by the pool after the backend idle timeout")
     func idleBackendConnectionsAreSwept() async throws {
-        try await ProxyFixture.with(configure: { $0.proxy.backendIdleTimeout = .seconds(2) }) { fixture in
+        try await ProxyFixture.with(configure: { $0.proxy.backendIdleTimeout = TestTiming.scaled(.seconds(2)) }) {
+            fixture in
             let connection = try await fixture.connect()
             for _ in 0..<2 {
                 try await connection.sendRequest("GET", "/health")
@@ -102,7 +103,11 @@ struct ProxyResourceTests {
             #expect(fixture.backend.record.connectionsClosed == 0)
             // Past the timeout the pool's sweep closes the idle connection (the backend sees it end), so the next
             // request needs a new one.
-            #expect(await eventually(within: .seconds(10)) { fixture.backend.record.connectionsClosed == 1 })
+            #expect(
+                await eventually(within: TestTiming.scaled(.seconds(10))) {
+                    fixture.backend.record.connectionsClosed == 1
+                }
+            )
             try await connection.sendRequest("GET", "/health")
             #expect(try await connection.readHead().status == 200)
             _ = try await connection.readBody()

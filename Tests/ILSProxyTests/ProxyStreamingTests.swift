@@ -9,7 +9,7 @@ struct ProxyStreamingTests {
     func sseStreamsEventByEvent(tls: Bool) async throws {
         try await ProxyFixture.with(tls: tls) { fixture in
             let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=100")
+            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=\(TestTiming.scaled(milliseconds: 100))")
             let head = try await connection.readHead()
             #expect(head.status == 200)
             #expect(head.header("content-type") == "text/event-stream")
