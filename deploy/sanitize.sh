@@ -51,6 +51,10 @@ export LSAN_OPTIONS="suppressions=$PWD/deploy/sanitizers/lsan.supp:print_suppres
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
 export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1"
 
+# Sanitized code runs several times slower: the tests' own deadlines stretch by this factor (Sources/ILSTesting/TestTiming.swift).
+if [ "$kind" = thread ]; then default_scale=10; else default_scale=4; fi
+export ILS_TEST_TIME_SCALE="${ILS_TEST_TIME_SCALE:-$default_scale}"
+
 echo "== swift build --sanitize=$kind ($scratch)" >&2
 swift build --build-tests --sanitize="$kind" --scratch-path "$scratch"
 
