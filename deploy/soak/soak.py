@@ -82,8 +82,12 @@ FD_SLACK = 2  # descriptors at the final quiescent point may exceed the first on
 RSS_LIMIT_MIB = 8.0  # the growth allowed over the run (slope after warm-up x run length), or
 RSS_LIMIT_FRACTION = 0.20  # this fraction of the process's RSS after warm-up, whichever is larger
 INCARNATION_WARMUP_S = 30.0  # a (re)started process's first seconds are its own warm-up: caches, arenas, pools
-MIN_FIT_SPAN_S = 60.0  # an incarnation observed for less than this after its warm-up is too short to judge
+MIN_FIT_SPAN_S = 300.0  # a slope over less than 5 minutes of samples after warm-up is not judged: allocator noise
+# (±5 MiB swings with 4 MiB bodies) and the slow end of warm-up cannot be told from a leak in less
+QUIESCENT_RSS_LIMIT_MIB = 16.0  # the check every run makes, short ones included: RSS at the final quiescent point
+# minus RSS at the first one, same process. Two single samples are noisier than a fit, hence twice RSS_LIMIT_MIB.
 MIN_FIT_SAMPLES = 6
+FLOOR_BUCKET_S = 60.0
 EVENTS_SHARE = 0.6  # events happen in the first 60% of the time after warm-up; the rest is steady load, so the
 # last incarnation of every process is observed for a long time before the end
 
@@ -184,18 +188,34 @@ def slope_per_min(points: list[tuple[float, float]]) -> float:
     return 60.0 * sum((t - mt) * (v - mv) for t, v in points) / den
 
 
+def floor_points(points: list[tuple[float, float]], bucket_s: float = FLOOR_BUCKET_S) -> list[tuple[float, float]]:
+    """The lowest value of each bucket_s window: what a process holds between bursts."""
+    buckets: dict[int, tuple[float, float]] = {}
+    t0 = points[0][0]
+    for t, v in points:
+        k = int((t - t0) // bucket_s)
+        if k not in buckets or v < buckets[k][1]:
+            buckets[k] = (t0 + (k + 0.5) * bucket_s, v)
+    return [buckets[k] for k in sorted(buckets)]
+
+
 def rss_verdict(points: list[tuple[float, float]], run_s: float) -> dict:
-    """points: (seconds, RSS bytes) after warm-up. Growth = slope extrapolated over the whole run; too much growth
-    is max(RSS_LIMIT_MIB, RSS_LIMIT_FRACTION of the first value)."""
+    """points: (seconds, RSS bytes) under load after warm-up. Two least-squares slopes: over every sample, and over
+    the floor (the minimum of each minute). The verdict uses the floor: memory that leaks is never given back, so
+    it lifts the floor, while buffers of requests in flight (HTTP/2 windows, relay buffers, 4 MiB bodies) swing
+    the samples by tens of MiB and say nothing about leaks. Growth = floor slope extrapolated over the whole run;
+    too much is more than max(RSS_LIMIT_MIB, RSS_LIMIT_FRACTION of the first value)."""
     if len(points) < MIN_FIT_SAMPLES or points[-1][0] - points[0][0] < MIN_FIT_SPAN_S:
         return {"judged": False, "samples": len(points)}
     slope = slope_per_min(points)  # bytes/min
-    growth = slope * run_s / 60.0
+    floor_slope = slope_per_min(floor_points(points))
+    growth = floor_slope * run_s / 60.0
     limit = max(RSS_LIMIT_MIB * MIB, RSS_LIMIT_FRACTION * points[0][1])
     return {
         "judged": True,
         "samples": len(points),
         "slope_kib_per_min": slope / KIB,
+        "floor_slope_kib_per_min": floor_slope / KIB,
         "growth_over_run_mib": growth / MIB,
         "limit_mib": limit / MIB,
         "flat": growth <= limit,
@@ -760,12 +780,18 @@ def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float,
 
 
 def fd_checks(first: dict, last: dict) -> list[dict]:
+    """Quiescent point after warm-up vs at the end, per role: descriptors back to where they were (any
+    incarnation: a restarted process at rest holds the same sockets and files), and for a process that was never
+    restarted, RSS grown by at most QUIESCENT_RSS_LIMIT_MIB."""
     out = []
     for role in sorted(set(first) & set(last)):
         a, b = first[role], last[role]
+        same = a["pid"] == b["pid"]
+        rss_ok = not same or b["rss"] - a["rss"] <= QUIESCENT_RSS_LIMIT_MIB * MIB
         out.append({"role": role, "pid_first": a["pid"], "pid_last": b["pid"], "fds_first": a["fds"],
                     "fds_last": b["fds"], "rss_first_mib": a["rss"] / MIB, "rss_last_mib": b["rss"] / MIB,
-                    "ok": b["fds"] <= a["fds"] + FD_SLACK})
+                    "fds_ok": b["fds"] <= a["fds"] + FD_SLACK, "rss_ok": rss_ok,
+                    "ok": b["fds"] <= a["fds"] + FD_SLACK and rss_ok})
     return out
 
 
@@ -806,31 +832,34 @@ def render_markdown(rep: dict) -> str:
                  f"{', '.join(x['outcome'] for x in d.get('new_requests', []))} | {d.get('tunnel_exit')} | "
                  f"{'yes' if e['ok'] else '**NO** ' + d.get('error', '')[:80]} |" if end is not None else
                  f"| {e['at']:.0f} | | | | | | **NO** {d.get('error', '')[:120]} |")
-    L += ["", "## Memory and descriptors (every incarnation; RSS in MiB, slope after warm-up)", "",
+    L += ["", "## Memory and descriptors (every incarnation; RSS in MiB; slopes under load after warm-up, over all "
+          "samples and over each minute's minimum; growth = floor slope × run length)", "",
           "| process | pid | alive (s) | RSS first | RSS after warm-up | RSS last | RSS max | slope KiB/min | "
-          "growth over run MiB (limit) | fds first / last / max | flat |",
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+          "floor slope KiB/min | growth over run MiB (limit) | fds first / last / max | flat |",
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for m in rep["memory"]:
         judged = m.get("rss_judged")
         L.append(
             f"| {m['role']} | {m['pid']} | {m['from_s']:.0f}–{m['to_s']:.0f} | {m['rss_first_mib']:.1f} | "
             + (f"{m['rss_settled_mib']:.1f}" if m["rss_settled_mib"] is not None else "–")
             + f" | {m['rss_last_mib']:.1f} | {m['rss_max_mib']:.1f} | "
-            + (f"{m['rss_slope_kib_per_min']:+.1f} | {m['rss_growth_over_run_mib']:+.2f} ({m['rss_limit_mib']:.1f})"
-               if judged else "– | too short to judge")
+            + (f"{m['rss_slope_kib_per_min']:+.1f} | {m['rss_floor_slope_kib_per_min']:+.1f} | "
+               f"{m['rss_growth_over_run_mib']:+.2f} ({m['rss_limit_mib']:.1f})"
+               if judged else "– | – | too short to judge")
             + f" | {m['fds_first']} / {m['fds_last']} / {m['fds_max']} | "
             + ("–" if not judged else ("yes" if m["rss_flat"] else "**NO**")) + " |")
     L += ["", "## Quiescent points (load paused, connections settled)", "",
-          "| process | pid after warm-up → at end | fds after warm-up → at end | RSS MiB after warm-up → at end | ok |",
-          "| --- | --- | --- | --- | --- |"]
+          "| process | compared with | pid → at end | fds → at end | RSS MiB → at end | ok |",
+          "| --- | --- | --- | --- | --- | --- |"]
     for q in rep["quiescent"]:
-        L.append(f"| {q['role']} | {q['pid_first']} → {q['pid_last']} | {q['fds_first']} → {q['fds_last']} | "
+        L.append(f"| {q['role']} | {q['from']} | {q['pid_first']} → {q['pid_last']} | {q['fds_first']} → {q['fds_last']} | "
                  f"{q['rss_first_mib']:.1f} → {q['rss_last_mib']:.1f} | {'yes' if q['ok'] else '**NO**'} |")
     if rep["unexpected_failures"]:
         L += ["", "## Unexpected failures (first 50)", ""]
         L += [f"- t={u['start_s']:.1f}–{u['end_s']:.1f} s {u['path']} {u['kind']}: {u['detail']}"
               for u in rep["unexpected_failures"][:50]]
-    L += ["", f"Exit statuses at the end (SIGTERM): {rep['exit_codes']}", ""]
+    L += ["", f"Exit statuses at the end (SIGTERM): {rep['exit_codes']}; the controller's store after it: "
+          f"integrity_check {rep['final_integrity_check']!r}.", ""]
     return "\n".join(L)
 
 
@@ -854,16 +883,18 @@ def print_summary(rep: dict) -> None:
         print(f"t={e['at']:7.1f}s {e['kind']:<10} {'ok ' if e['ok'] else 'BAD'} {info} {d.get('error', '')[:200]}")
     print()
     print(f"{'process':<18} {'pid':>7} {'RSS first':>9} {'settled':>8} {'last':>7} {'max':>7} {'KiB/min':>8} "
-          f"{'growth':>7} {'fds f/l/max':>12}")
+          f"{'floor':>8} {'growth':>7} {'fds f/l/max':>12}")
     for m in rep["memory"]:
-        slope = f"{m['rss_slope_kib_per_min']:+8.1f}" if m.get("rss_judged") else f"{'-':>8}"
+        slope = (f"{m['rss_slope_kib_per_min']:+8.1f} {m['rss_floor_slope_kib_per_min']:+8.1f}" if m.get("rss_judged")
+                 else f"{'-':>8} {'-':>8}")
         growth = f"{m['rss_growth_over_run_mib']:+7.2f}" if m.get("rss_judged") else f"{'-':>7}"
         settled = f"{m['rss_settled_mib']:8.1f}" if m["rss_settled_mib"] is not None else f"{'-':>8}"
         print(f"{m['role']:<18} {m['pid']:>7} {m['rss_first_mib']:9.1f} {settled} {m['rss_last_mib']:7.1f} "
               f"{m['rss_max_mib']:7.1f} {slope} {growth} {m['fds_first']:>4}/{m['fds_last']}/{m['fds_max']}")
     print()
     for q in rep["quiescent"]:
-        print(f"quiescent {q['role']:<18} fds {q['fds_first']} -> {q['fds_last']}  RSS {q['rss_first_mib']:.1f} -> "
+        print(f"quiescent {q['role']:<18} {q['from']:<14} fds {q['fds_first']} -> {q['fds_last']}  "
+              f"RSS {q['rss_first_mib']:.1f} -> "
               f"{q['rss_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}")
     print()
     print("PASS" if rep["passed"] else "FAIL: " + "; ".join(rep["failures"]))
@@ -927,8 +958,10 @@ def main() -> int:
     sampler: Optional[Sampler] = None
     chaos: Optional[Chaos] = None
     exit_codes: dict = {}
+    final_integrity = ""
     failures: list[str] = []
     q_first: dict = {}
+    q_tail: dict = {}
     q_last: dict = {}
     fit_from = warmup
     t0 = time.monotonic()
@@ -960,6 +993,13 @@ def main() -> int:
         for at, kind in plan:
             sleep_until(at)
             chaos.run_event(kind)
+        # A quiescent point at the start of the steady tail, when it is long enough to judge: every process is then
+        # the incarnation that runs to the end, so all of them get a same-process comparison.
+        tail_from = time.monotonic() - t0 + INCARNATION_WARMUP_S
+        if duration - tail_from >= MIN_FIT_SPAN_S + 30:
+            sleep_until(tail_from)
+            q_tail = sampler.quiescent("start of the steady tail")
+            load.gate.resume()
         sleep_until(duration)
         q_last = sampler.quiescent("end of run")
         sampler.samples.extend(sampler.read())
@@ -980,6 +1020,11 @@ def main() -> int:
                              *[(f"tunnel-{k}", t) for k, t in system.tunnels.items()]]
                             if p is not None and p.proc is not None and not p.alive()]
         exit_codes = system.stop()
+        store = system.controller.state_dir / "store.sqlite"
+        try:
+            final_integrity = integrity(store) if store.exists() else "no store"
+        except Exception as e:
+            final_integrity = f"{type(e).__name__}: {e}"
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -990,7 +1035,8 @@ def main() -> int:
     requests = [{"path": p, "kind": k, **row} for (p, k), row in sorted(cls["table"].items())]
     totals = {k: sum(r[k] for r in requests) for k in ("ok", "failed", "corrupted", "unexpected", "timeouts", "bytes")}
     memory = analyse_memory(sampler.samples if sampler else [], fit_from, duration)
-    quiescent = fd_checks(q_first, q_last)
+    quiescent = [{"from": "after warm-up", **q} for q in fd_checks(q_first, q_last)]
+    quiescent += [{"from": "start of tail", **q} for q in fd_checks(q_tail, q_last)]
     events = [asdict(e) for e in (chaos.events if chaos else [])]
     for e in events:
         e.pop("window", None)
@@ -1012,13 +1058,18 @@ def main() -> int:
         failures.append(f"only {len(events)} of {len(plan)} events ran")
     for m in memory:
         if m.get("rss_judged") and not m["rss_flat"]:
-            failures.append(f"{m['role']} (pid {m['pid']}) RSS grows {m['rss_slope_kib_per_min']:.0f} KiB/min "
+            failures.append(f"{m['role']} (pid {m['pid']}) RSS floor grows {m['rss_floor_slope_kib_per_min']:.0f} KiB/min "
                             f"({m['rss_growth_over_run_mib']:.1f} MiB over the run, limit {m['rss_limit_mib']:.1f})")
     for q in quiescent:
-        if not q["ok"]:
-            failures.append(f"{q['role']} descriptors {q['fds_first']} -> {q['fds_last']} at the quiescent points")
+        if not q["fds_ok"]:
+            failures.append(f"{q['role']} descriptors {q['fds_first']} ({q['from']}) -> {q['fds_last']} (end)")
+        if not q["rss_ok"]:
+            failures.append(f"{q['role']} RSS {q['rss_first_mib']:.1f} MiB ({q['from']}) -> "
+                            f"{q['rss_last_mib']:.1f} MiB (end), limit +{QUIESCENT_RSS_LIMIT_MIB:.0f} MiB")
     if not quiescent and not failures:
         failures.append("no quiescent points were taken")
+    if final_integrity != "ok":
+        failures.append(f"controller store after the run: integrity_check {final_integrity!r}")
     if unexpected_exits:
         failures.append(f"processes exited by themselves: {unexpected_exits}")
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the sample backend's clean stop is -15.
@@ -1032,14 +1083,15 @@ def main() -> int:
         "machine": f"{os.cpu_count()} cores, load average at the end {os.getloadavg()[0]:.2f}",
         "limits": {"recovery_bound_s": RECOVERY_BOUND_S, "fault_grace_s": FAULT_GRACE_S,
                    "revoke_end_bound_s": REVOKE_END_BOUND_S, "fd_slack": FD_SLACK, "rss_limit_mib": RSS_LIMIT_MIB,
-                   "rss_limit_fraction": RSS_LIMIT_FRACTION, "request_timeout_s": REQUEST_TIMEOUT_S},
+                   "rss_limit_fraction": RSS_LIMIT_FRACTION, "request_timeout_s": REQUEST_TIMEOUT_S,
+                 "min_fit_span_s": MIN_FIT_SPAN_S, "quiescent_rss_limit_mib": QUIESCENT_RSS_LIMIT_MIB},
         "requests": requests, "totals": totals, "events": events, "memory": memory, "quiescent": quiescent,
         "unexpected_failures": [{"path": u.path, "kind": u.kind, "start_s": u.start - t0, "end_s": u.end - t0,
                                  "detail": u.detail} for u in cls["unexpected"]],
         "failures_all": [{"path": o.path, "kind": o.kind, "start_s": o.start - t0, "end_s": o.end - t0,
                                "detail": o.detail} for o in ops if o.outcome == "failed"][:500],
         "samples": [asdict(s) for s in (sampler.samples if sampler else [])],
-        "exit_codes": exit_codes, "passed": not failures, "failures": failures,
+        "exit_codes": exit_codes, "final_integrity_check": final_integrity, "passed": not failures, "failures": failures,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "report.md").write_text(render_markdown(report))
