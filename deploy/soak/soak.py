@@ -32,6 +32,7 @@ Run it through deploy/soak/run.sh, which picks the binary (ILS_BIN) and installs
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import logging
@@ -322,9 +323,6 @@ class System:
     def paths(self) -> list[str]:
         return list(self.tunnels) + ["http"]
 
-    def base_url(self, path: str) -> str:
-        return self.http.base_url if path == "http" else self.tunnels[path].base_url
-
     def client(self, path: str, timeout: float = REQUEST_TIMEOUT_S) -> httpx.Client:
         if path == "http":
             return self.http.client(timeout)
@@ -366,12 +364,17 @@ class System:
                 except Exception as e:  # keep stopping the others
                     codes[role] = None
                     log(f"stopping {role}: {e!r}")
-        for p in list(conftest._running):  # anything else started through the helpers (throwaway tunnels)
-            try:
-                p.stop(timeout=2)
-            except Exception:
-                pass
+        stop_leftovers()
         return codes
+
+
+def stop_leftovers() -> None:
+    """Stops anything else started through the e2e helpers and still running (a throwaway tunnel, say)."""
+    for p in list(conftest._running):
+        try:
+            p.stop(timeout=2)
+        except Exception:
+            pass
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -426,6 +429,7 @@ class Load:
         self.threads: list[threading.Thread] = []
         self.seed = seed
         self.counter = 0
+        self.current: dict[str, float] = {}  # worker -> start of its operation in flight
 
     def start(self) -> None:
         for path in self.system.paths():
@@ -435,10 +439,21 @@ class Load:
                 self.threads.append(t)
 
     def finish(self) -> None:
+        """Stops the workers; one still inside an operation after every timeout has expired is hung (a blocking
+        call without a timeout of its own, e.g. a WebSocket send to a peer that stopped reading): recorded as a
+        failure by timeout."""
         self.stop.set()
         self.gate.resume()
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S + 10
         for t in self.threads:
-            t.join(timeout=REQUEST_TIMEOUT_S + 10)
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        for t in self.threads:
+            started = self.current.get(t.name)
+            if t.is_alive() and started is not None:
+                path, kind = t.name.rsplit("-", 1)
+                with self.lock:
+                    self.ops.append(Op(path, kind, started, time.monotonic(), "failed",
+                                       "Timeout: operation still running at the end (hung)"))
 
     def next_id(self) -> int:
         with self.lock:
@@ -458,6 +473,7 @@ class Load:
             if not self.gate.enter(self.stop):
                 break
             started = time.monotonic()
+            self.current[threading.current_thread().name] = started
             try:
                 if client is None and kind != "ws":
                     client, uses = self.system.client(path), 0
@@ -465,6 +481,7 @@ class Load:
             except Exception as e:  # connection errors, timeouts, protocol errors: a failure, not a corruption
                 outcome, detail, nbytes = "failed", f"{type(e).__name__}: {e}"[:300], 0
             finally:
+                self.current.pop(threading.current_thread().name, None)
                 self.gate.leave()
             op = Op(path, kind, started, time.monotonic(), outcome, detail, nbytes)
             with self.lock:
@@ -698,8 +715,16 @@ class Chaos:
         started = time.monotonic()
         enroll(c, name, "device")
         tunnel = Tunnel(c, name, s.logs)
-        tunnel.start()
-        ev.details["enroll_and_start_s"] = round(time.monotonic() - started, 3)
+        try:
+            tunnel.start()
+            ev.details["enroll_and_start_s"] = round(time.monotonic() - started, 3)
+            self.revoke_through(ev, name, tunnel)
+        finally:
+            if tunnel.proc is not None and tunnel.alive():  # the check failed half-way: do not leave it running
+                tunnel.stop()
+
+    def revoke_through(self, ev: Event, name: str, tunnel: Tunnel) -> None:
+        c = self.system.controller
         client = tunnel.client(timeout=REVOKE_END_BOUND_S + 5)
         try:
             response = client.send(client.build_request(
@@ -719,8 +744,10 @@ class Chaos:
                 for line in lines:
                     if line[1].startswith("data:"):
                         more += 1
-            except (httpx.HTTPError, AssertionError) as e:
+            except httpx.HTTPError as e:
                 how = type(e).__name__
+            except AssertionError:  # timed_lines' deadline
+                how = "Timeout: still streaming 60 s after it opened"
             ended = time.monotonic()
             response.close()
         finally:
@@ -951,6 +978,7 @@ def main() -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
+    atexit.register(stop_leftovers)  # backstop, e.g. for a second Ctrl-C during the teardown
     # websockets logs a traceback when a connection dies under it; the worker records the failure itself.
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
     system = System(binary, work, logs, args.devices)
@@ -959,6 +987,7 @@ def main() -> int:
     chaos: Optional[Chaos] = None
     exit_codes: dict = {}
     final_integrity = ""
+    interrupted = False
     failures: list[str] = []
     q_first: dict = {}
     q_tail: dict = {}
@@ -1004,7 +1033,8 @@ def main() -> int:
         q_last = sampler.quiescent("end of run")
         sampler.samples.extend(sampler.read())
     except KeyboardInterrupt as e:
-        failures.append(f"interrupted ({e})")
+        interrupted = True
+        failures.append(f"interrupted ({e or 'Ctrl-C'})")
         log("interrupted: stopping everything")
     except (Exception, HarnessFailure) as e:
         failures.append(f"harness error: {type(e).__name__}: {str(e)[:500]}")
@@ -1070,7 +1100,7 @@ def main() -> int:
         failures.append("no quiescent points were taken")
     if final_integrity != "ok":
         failures.append(f"controller store after the run: integrity_check {final_integrity!r}")
-    if unexpected_exits:
+    if unexpected_exits and not interrupted:  # Ctrl-C in a terminal reaches the children too
         failures.append(f"processes exited by themselves: {unexpected_exits}")
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the sample backend's clean stop is -15.
     bad_codes = {r: c for r, c in exit_codes.items() if c != 0 and not (r == "backend" and c == -signal.SIGTERM)}
