@@ -51,10 +51,11 @@ class Faulty:
         return self.tunnel.client(timeout)
 
 
-def gateway_process(controller: Controller, backend: Backend, log_dir: Path) -> ManagedProcess:
+def gateway_process(controller: Controller, backend: Backend, log_dir: Path, identity: str = "gw-f") -> ManagedProcess:
+    """The dark gateway (overlay mode) for an enrolled gateway identity; also used by deploy/soak."""
     return ManagedProcess(
-        "gateway-faults",
-        [str(controller.binary), "serve", "--mode", "ziti", "--identity", "identities/gw-f.json",
+        "gateway-faults" if identity == "gw-f" else f"gateway-{identity}",
+        [str(controller.binary), "serve", "--mode", "ziti", "--identity", f"identities/{identity}.json",
          "--service", SERVICE, "--backend", backend.url, "--log-level", "info"],
         log_dir,
         cwd=controller.root,
