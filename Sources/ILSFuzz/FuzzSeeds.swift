@@ -204,6 +204,11 @@ public enum FuzzSeeds {
                     "GET /ws HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
                 )
             ),
+            (
+                "websocket-then-frame",
+                text("GET /ws HTTP/1.1\r\nHost: api\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n")
+                    + [0x81, 0x05] + text("hello")
+            ),
             ("absolute-form", text("GET http://other.example:8080/x HTTP/1.1\r\nHost: api\r\n\r\n")),
             ("options-star", text("OPTIONS * HTTP/1.1\r\nHost: api\r\n\r\n")),
             ("connect", text("CONNECT api:443 HTTP/1.1\r\nHost: api:443\r\n\r\n")),

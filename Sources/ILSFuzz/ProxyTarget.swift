@@ -9,12 +9,20 @@ import NIOEmbedded
 /// verified identity.
 ///
 /// The backend is in process: each connection the pool opens is an `EmbeddedChannel` on the same loop with the
-/// pool's real pipeline, which answers every burst of request bytes with a small response. At the end the clock
-/// jumps past every timeout, so the idle, stall and header timers fire too.
+/// pool's real pipeline, which answers every burst of request bytes with a small response (a 101 to an upgrade). At
+/// the end the clock jumps past every timeout, so the idle, stall and header timers fire too.
 enum ProxyTarget {
     static let response = ByteBuffer(
         string: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
     )
+    static let switching = ByteBuffer(
+        string: "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    )
+
+    /// A 101 to what carries an `Upgrade` header (so the upgraded, raw-bytes path runs too), a 200 to the rest.
+    private static func answer(to request: [UInt8]) -> ByteBuffer {
+        String(decoding: request, as: UTF8.self).lowercased().contains("\r\nupgrade:") ? switching : response
+    }
 
     static func run(_ data: UnsafeRawBufferPointer) {
         let loop = EmbeddedEventLoop()
@@ -64,10 +72,12 @@ enum ProxyTarget {
             while (try? client.readOutbound(as: IOData.self)) != nil {}
             var answered = false
             for backend in backends.withLockedValue({ $0 }) where backend.isActive {
-                var sent = false
-                while (try? backend.readOutbound(as: IOData.self)) != nil { sent = true }
-                if sent {
-                    _ = try? backend.writeInbound(response)
+                var sent: [UInt8] = []
+                while let part = try? backend.readOutbound(as: IOData.self) {
+                    if case .byteBuffer(let bytes) = part { sent += bytes.readableBytesView }
+                }
+                if !sent.isEmpty {
+                    _ = try? backend.writeInbound(answer(to: sent))
                     answered = true
                 }
             }

@@ -18,3 +18,20 @@ public func fuzzOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     selectedTarget(UnsafeRawBufferPointer(start: start, count: count))
     return 0
 }
+
+/// libFuzzer's driver, the `main` it would otherwise bring along.
+@_silgen_name("LLVMFuzzerRunDriver")
+func runFuzzerDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+) -> CInt
+
+/// SwiftPM links an executable's `main` to `<product>_main` (so its tests can link it); this is that entry, and it
+/// hands the process to libFuzzer's driver.
+@_cdecl("ils_fuzz_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var argc = argc
+    var argv = argv
+    return runFuzzerDriver(&argc, &argv) { start, count in fuzzOneInput(start, count) }
+}
