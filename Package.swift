@@ -17,6 +17,8 @@ let package = Package(
         .library(name: "ILSProxy", targets: ["ILSProxy"]),
         /// What an app links to enroll and to dial a service through the overlay without a tunnel.
         .library(name: "ILSClient", targets: ["ILSClient"]),
+        /// The fuzz targets' entry points, for the libFuzzer harness package in Tests/Fuzz.
+        .library(name: "ILSFuzz", targets: ["ILSFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -206,6 +208,26 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// One entry per parser that reads network input, driving the real code; Tests/Fuzz links them to libFuzzer
+        /// and ILSFuzzTests replays the corpus and past findings through them.
+        .target(
+            name: "ILSFuzz",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSProxy",
+                "ILSController",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "ils-gateway",
             dependencies: [
@@ -303,6 +325,11 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSFuzzTests",
+            dependencies: ["ILSFuzz"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

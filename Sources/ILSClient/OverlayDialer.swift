@@ -61,11 +61,7 @@ public final class OverlayDialer: Sendable {
             let box = self.connection
             let connector = current.withLockedValue { $0.connector }
             connector.connect(on: eventLoop) { channel in
-                let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                    mode: .client,
-                    connectionConfiguration: FabricSettings.connection,
-                    streamConfiguration: FabricSettings.stream
-                ) { stream in stream.close() }
+                let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
                 try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
                 promise.succeed(multiplexer)
                 let mine = promise.futureResult

@@ -20,10 +20,28 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
     private var body: [UInt8] = []
     private var tooLarge = false
 
-    init(router: ControllerRouter, logger: Logger, maximumBodyBytes: Int) {
+    /// The DER of the caller's verified client certificate, if one was presented.
+    typealias ClientCertificate = (ChannelHandlerContext) -> [UInt8]?
+
+    private let clientCertificate: ClientCertificate
+
+    init(
+        router: ControllerRouter,
+        logger: Logger,
+        maximumBodyBytes: Int,
+        clientCertificate: @escaping ClientCertificate
+    ) {
         self.router = router
         self.logger = logger
         self.maximumBodyBytes = maximumBodyBytes
+        self.clientCertificate = clientCertificate
+    }
+
+    /// The peer certificate of the connection's TLS handler, which verified any presented chain against the
+    /// controller CA before the first request.
+    static func verifiedTLSClientCertificate(_ context: ChannelHandlerContext) -> [UInt8]? {
+        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
+        return try? certificate?.toDERBytes()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -73,14 +91,12 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
                 query[String(kv[0])] = kv.count > 1 ? String(kv[1]) : ""
             }
         }
-        // The TLS handler verified any presented chain against the controller CA before this point.
-        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
         return APIRequest(
             method: head.method,
             path: parts.first.map(String.init) ?? "/",
             query: query,
             body: body,
-            clientCertificate: try? certificate?.toDERBytes(),
+            clientCertificate: clientCertificate(context),
             peer: context.channel.remoteAddress?.ipAddress ?? "unknown"
         )
     }

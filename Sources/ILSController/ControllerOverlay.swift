@@ -48,17 +48,8 @@ struct ControllerOverlay: Sendable {
         live.add(channel, identityID: device.id)
         ControllerMetrics.deviceConnections.increment()
         channel.closeFuture.whenComplete { _ in ControllerMetrics.deviceConnections.decrement() }
-        _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-            mode: .server,
-            connectionConfiguration: FabricSettings.connection,
-            streamConfiguration: FabricSettings.stream
-        ) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(
-                    CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream)
-                    }
-                )
-            }
+        try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+            CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream) }
         }
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))
         logger.info("device connected", metadata: ["identity": "\(device.name)"])
@@ -75,14 +66,8 @@ struct ControllerOverlay: Sendable {
             channel.close(promise: nil)
             return
         }
-        let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-            mode: .client,
-            connectionConfiguration: FabricSettings.connection,
-            streamConfiguration: FabricSettings.stream
-        ) { stream in
-            // Gateways never open streams towards the controller.
-            stream.close()
-        }
+        // Gateways never open streams towards the controller.
+        let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: gateway.name))
         let controller = self.controller
         let relay = self.relay

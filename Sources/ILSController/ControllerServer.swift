@@ -119,22 +119,11 @@ public final class ControllerServer: Service, Sendable {
                                     case .negotiated(FabricProtocol.hostALPN):
                                         try overlay.configureGateway(channel)
                                     default:
-                                        let pipeline = channel.pipeline.syncOperations
-                                        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
-                                        try pipeline.configureHTTPServerPipeline(
-                                            withPipeliningAssistance: true,
-                                            withServerUpgrade: nil,
-                                            withErrorHandling: true,
-                                            withOutboundHeaderValidation: true,
-                                            withEncoderConfiguration: .init(),
-                                            withDecoderLimitConfiguration: Self.headerLimits
-                                        )
-                                        try pipeline.addHandler(
-                                            ControllerHTTPHandler(
-                                                router: router,
-                                                logger: logger,
-                                                maximumBodyBytes: Self.maximumBodyBytes
-                                            )
+                                        try Self.configureAPIPipeline(
+                                            channel.pipeline.syncOperations,
+                                            router: router,
+                                            logger: logger,
+                                            clientCertificate: ControllerHTTPHandler.verifiedTLSClientCertificate
                                         )
                                     }
                                 }
@@ -149,6 +138,42 @@ public final class ControllerServer: Service, Sendable {
         channel.withLockedValue { $0 = server }
         guard let address = server.localAddress else { throw ILSError(.internalError, "no local address") }
         return address
+    }
+
+    /// The JSON API on an accepted connection after TLS: idle timeout, HTTP/1.1 within `headerLimits`, and
+    /// `ControllerHTTPHandler`, which takes the caller's identity from `clientCertificate`.
+    private static func configureAPIPipeline(
+        _ pipeline: ChannelPipeline.SynchronousOperations,
+        router: ControllerRouter,
+        logger: Logger,
+        clientCertificate: @escaping ControllerHTTPHandler.ClientCertificate
+    ) throws {
+        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
+        try pipeline.configureHTTPServerPipeline(
+            withPipeliningAssistance: true,
+            withServerUpgrade: nil,
+            withErrorHandling: true,
+            withOutboundHeaderValidation: true,
+            withEncoderConfiguration: .init(),
+            withDecoderLimitConfiguration: Self.headerLimits
+        )
+        try pipeline.addHandler(
+            ControllerHTTPHandler(
+                router: router,
+                logger: logger,
+                maximumBodyBytes: Self.maximumBodyBytes,
+                clientCertificate: clientCertificate
+            )
+        )
+    }
+
+    /// Sets up the API pipeline of an accepted connection on a channel that carries the client's plaintext bytes,
+    /// with `clientCertificate` standing in for the chain TLS verified. The fuzz targets drive the API this way.
+    package func configureAPIConnection(
+        _ pipeline: ChannelPipeline.SynchronousOperations,
+        clientCertificate: [UInt8]?
+    ) throws {
+        try Self.configureAPIPipeline(pipeline, router: router, logger: logger) { _ in clientCertificate }
     }
 
     /// Stops listening and closes every connection: API clients, devices and gateways (which reconnect to the

@@ -30,6 +30,26 @@ public struct ControllerState: Sendable {
     let tokenKey: IdentityKeyPair
     public let store: any IdentityStore
 
+    /// A state whose parts are already in memory. `initialize` and `load` build it from the state directory; the
+    /// fuzz targets build it from fixed keys and an in-memory store.
+    package init(
+        directory: String,
+        address: ControllerAddress,
+        authority: CertificateAuthority,
+        serverCertificatePEM: String,
+        serverKeyPEM: String,
+        tokenKey: IdentityKeyPair,
+        store: any IdentityStore
+    ) {
+        self.directory = directory
+        self.address = address
+        self.authority = authority
+        self.serverCertificatePEM = serverCertificatePEM
+        self.serverKeyPEM = serverKeyPEM
+        self.tokenKey = tokenKey
+        self.store = store
+    }
+
     /// The default service every fresh controller has: devices dial it, gateways host it.
     public static let defaultService = ServiceRecord(name: "claude-api", dialRoles: [.device], bindRoles: [.gateway])
 

@@ -7,6 +7,9 @@ import Glibc
 
 /// The embedded store: one SQLite file in WAL mode with versioned migrations.
 public final class SQLiteIdentityStore: IdentityStore {
+    /// SQLite's name for a database that is never written to disk.
+    public static let inMemory = ":memory:"
+
     private let database: SQLiteDatabase
 
     /// Each entry upgrades the schema by one version (`PRAGMA user_version`); never edit a shipped entry.
@@ -36,10 +39,14 @@ public final class SQLiteIdentityStore: IdentityStore {
         ]
     ]
 
+    /// Opens (creating if needed) the store at `path`; `SQLiteIdentityStore.inMemory` is a private store that lives
+    /// as long as this object, for tests and fuzzing.
     public init(path: String) throws(ILSError) {
-        // Create the file owner-only before SQLite does (it would use 0644); its -wal and -shm files copy the mode.
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { close(fd) }
+        if path != Self.inMemory {
+            // Create the file owner-only before SQLite does (it would use 0644); its -wal and -shm files copy the mode.
+            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            if fd >= 0 { close(fd) }
+        }
         database = try SQLiteDatabase(path: path)
         try migrate()
     }

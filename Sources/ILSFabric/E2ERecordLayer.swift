@@ -1,18 +1,22 @@
-import ILSCore
-import ILSCrypto
-import NIOCore
+package import ILSCore
+package import ILSCrypto
+package import NIOCore
 
 /// The established half of an end-to-end handler: plaintext out becomes sealed, framed records (`u32 length ‖
 /// record`, ready for the wire), framed records in become plaintext. Shared by both ends.
 ///
 /// Each record is sealed straight from the plaintext buffer into its own wire buffer (one pass, no intermediate
 /// arrays) and opened straight into the plaintext buffer handed up.
-struct E2ERecordLayer {
+package struct E2ERecordLayer {
     let session: E2ESession
+
+    package init(session: E2ESession) {
+        self.session = session
+    }
 
     /// Seals `plaintext` as one or more framed records (at most `RecordLimits.maximumPlaintext` each) and hands each
     /// to `emit`, the last one with `isLast` set. An empty `plaintext` still makes one record (the FINAL one).
-    func seal(
+    package func seal(
         _ plaintext: ByteBuffer,
         allocator: ByteBufferAllocator,
         final: Bool = false,
@@ -41,7 +45,9 @@ struct E2ERecordLayer {
     }
 
     /// Opens one record (a frame body from `FrameDecoder`).
-    func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (ByteBuffer, final: Bool) {
+    package func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (
+        ByteBuffer, final: Bool
+    ) {
         guard record.readableBytes >= SecretStream.overhead else { throw SecretStream.invalidRecord }
         let length = record.readableBytes - SecretStream.overhead
         var plaintext = allocator.buffer(capacity: max(length, 1))

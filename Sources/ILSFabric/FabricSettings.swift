@@ -71,3 +71,24 @@ public final class FabricConnectionErrorHandler: ChannelInboundHandler, Sendable
         !(error is NIOHTTP2Errors.StreamClosed || error is NIOHTTP2Errors.StreamError)
     }
 }
+
+extension ChannelPipeline.SynchronousOperations {
+    /// An overlay connection's HTTP/2 with `FabricSettings`. Each stream the peer opens starts with the handler
+    /// `acceptStream` makes; without one, the peer may not open streams and each is closed at once.
+    @discardableResult
+    public func configureFabricHTTP2(
+        mode: NIOHTTP2Handler.ParserMode,
+        acceptStream: (@Sendable () -> any ChannelHandler)? = nil
+    ) throws -> NIOHTTP2Handler.StreamMultiplexer {
+        try configureHTTP2Pipeline(
+            mode: mode,
+            connectionConfiguration: FabricSettings.connection,
+            streamConfiguration: FabricSettings.stream
+        ) { stream in
+            guard let acceptStream else { return stream.close() }
+            return stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(acceptStream())
+            }
+        }
+    }
+}

@@ -196,15 +196,7 @@ public final class OverlayGateway: Service, Sendable {
         )
         let logger = self.logger
         return connector.connect(on: eventLoop) { channel in
-            _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                mode: .server,
-                connectionConfiguration: FabricSettings.connection,
-                streamConfiguration: FabricSettings.stream
-            ) { stream in
-                stream.eventLoop.makeCompletedFuture {
-                    try stream.pipeline.syncOperations.addHandler(GatewayStreamRouter(settings))
-                }
-            }
+            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { GatewayStreamRouter(settings) }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
                     logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])

@@ -10,15 +10,32 @@ import NIOPosix
 /// exchange never hop threads to pass a chunk (the "pair the two channels on one event loop" rule of the data path).
 /// The connection limit is split evenly between the loops.
 public final class BackendPool: Sendable {
+    /// Opens a connection to the backend on `eventLoop` and sets up its pipeline with `initialize`. TCP by default;
+    /// the fuzz targets connect to an in-process backend instead.
+    package typealias Connector =
+        @Sendable (
+            _ eventLoop: any EventLoop,
+            _ configuration: ProxyConfiguration,
+            _ initialize: @escaping @Sendable (any Channel) -> EventLoopFuture<Void>
+        ) -> EventLoopFuture<any Channel>
+
     private let configuration: ProxyConfiguration
     private let loopPools: NIOLockedValueBox<[ObjectIdentifier: NIOLoopBound<LoopBackendPool>]>
     private let perLoopLimit: Int
+    private let connector: Connector
 
-    public init(configuration: ProxyConfiguration, loopCount: Int = System.coreCount) {
+    public convenience init(configuration: ProxyConfiguration, loopCount: Int = System.coreCount) {
+        self.init(configuration: configuration, loopCount: loopCount) { eventLoop, configuration, initialize in
+            LoopBackendPool.connectTCP(on: eventLoop, configuration: configuration, initialize: initialize)
+        }
+    }
+
+    package init(configuration: ProxyConfiguration, loopCount: Int, connector: @escaping Connector) {
         self.configuration = configuration
         self.loopPools = NIOLockedValueBox([:])
         let loops = max(1, loopCount)
         self.perLoopLimit = max(1, (configuration.backendMaxConnections + loops - 1) / loops)
+        self.connector = connector
     }
 
     /// The sub-pool of `eventLoop`. Call on that event loop; keep the result for the life of the connection.
@@ -30,7 +47,8 @@ public final class BackendPool: Sendable {
             let created = LoopBackendPool(
                 eventLoop: eventLoop,
                 configuration: configuration,
-                limit: perLoopLimit
+                limit: perLoopLimit,
+                connector: connector
             )
             pools[key] = NIOLoopBound(created, eventLoop: eventLoop)
             return created
@@ -62,10 +80,18 @@ final class LoopBackendPool {
 
     var idleCount: Int { idle.count }
 
-    init(eventLoop: any EventLoop, configuration: ProxyConfiguration, limit: Int) {
+    private let connector: BackendPool.Connector
+
+    init(
+        eventLoop: any EventLoop,
+        configuration: ProxyConfiguration,
+        limit: Int,
+        connector: @escaping BackendPool.Connector
+    ) {
         self.eventLoop = eventLoop
         self.configuration = configuration
         self.limit = limit
+        self.connector = connector
     }
 
     /// Hands a connection to `callback`: the most recently used idle one, a new one, or (at the limit) the next one
@@ -127,25 +153,36 @@ final class LoopBackendPool {
         }
     }
 
-    private func connect(_ callback: @escaping LeaseCallback) {
-        openCount += 1
-        let backend = configuration.backend
-        let bootstrap = ClientBootstrap(group: eventLoop)
+    /// The default `BackendPool.Connector`: a TCP connection to the configured backend.
+    static func connectTCP(
+        on eventLoop: any EventLoop,
+        configuration: ProxyConfiguration,
+        initialize: @escaping @Sendable (any Channel) -> EventLoopFuture<Void>
+    ) -> EventLoopFuture<any Channel> {
+        ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.backendConnectTimeout.timeAmount)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    // Bytes that follow a 101 response belong to the upgraded protocol and must reach the client.
-                    // Request heads are the client's, already parsed strictly, plus values the gateway sets itself
-                    // (see `ProxyCore.configureClientPipeline`): validating them again on the way out is waste.
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers(
-                        leftOverBytesStrategy: .forwardBytes,
-                        enableOutboundHeaderValidation: false
-                    )
-                    try channel.pipeline.syncOperations.addHandler(BackendHandler())
-                }
-            }
-        bootstrap.connect(host: backend.host, port: backend.port).assumeIsolated().whenComplete { result in
+            .channelInitializer(initialize)
+            .connect(host: configuration.backend.host, port: configuration.backend.port)
+    }
+
+    /// The pipeline of every backend connection: the HTTP/1.1 client codec and `BackendHandler`.
+    @Sendable static func initializeBackendChannel(_ channel: any Channel) -> EventLoopFuture<Void> {
+        channel.eventLoop.makeCompletedFuture {
+            // Bytes that follow a 101 response belong to the upgraded protocol and must reach the client.
+            // Request heads are the client's, already parsed strictly, plus values the gateway sets itself
+            // (see `ProxyCore.configureClientPipeline`): validating them again on the way out is waste.
+            try channel.pipeline.syncOperations.addHTTPClientHandlers(
+                leftOverBytesStrategy: .forwardBytes,
+                enableOutboundHeaderValidation: false
+            )
+            try channel.pipeline.syncOperations.addHandler(BackendHandler())
+        }
+    }
+
+    private func connect(_ callback: @escaping LeaseCallback) {
+        openCount += 1
+        connector(eventLoop, configuration, Self.initializeBackendChannel).assumeIsolated().whenComplete { result in
             switch result {
             case .success(let channel):
                 guard channel.isActive,

@@ -14,8 +14,17 @@ public struct ProxyCore: Sendable {
     private let logger: Logger
 
     public init(configuration: ProxyConfiguration, logger: Logger, loopCount: Int = System.coreCount) {
+        self.init(
+            configuration: configuration,
+            logger: logger,
+            pools: BackendPool(configuration: configuration, loopCount: loopCount)
+        )
+    }
+
+    /// A core whose backend connections come from `pools` (the fuzz targets give it an in-process backend).
+    package init(configuration: ProxyConfiguration, logger: Logger, pools: BackendPool) {
         self.configuration = configuration
-        self.pools = BackendPool(configuration: configuration, loopCount: loopCount)
+        self.pools = pools
         self.logger = logger
     }
 

@@ -21,15 +21,7 @@ struct DeviceHostingTests {
             let answer = NIOLockedValueBox("")
             let connector = try FabricConnector(identity: device, alpn: FabricProtocol.hostALPN)
             let channel = try await connector.connect(on: MultiThreadedEventLoopGroup.singleton.next()) { channel in
-                _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                    mode: .server,
-                    connectionConfiguration: FabricSettings.connection,
-                    streamConfiguration: FabricSettings.stream
-                ) { stream in
-                    stream.eventLoop.makeCompletedFuture {
-                        try stream.pipeline.syncOperations.addHandler(ClaimsToHost(answer: answer))
-                    }
-                }
+                try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { ClaimsToHost(answer: answer) }
             }.get()
             let closed = try await withThrowingTaskGroup(of: Bool.self) { group in
                 group.addTask {
