@@ -35,7 +35,7 @@ struct ControllerHandshakeTests {
                 socket.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03])
             }
             // The server closes (recv returns 0 or a reset) long before this generous bound.
-            #expect(await socket.waitForClose(timeoutSeconds: 20))
+            #expect(await socket.waitForClose(timeoutSeconds: 20 * Int(TestTiming.scale)))
             // And the port still serves a real client, whose own handshake (well under the deadline, even on a loaded
             // machine) completes.
             let client = ControllerClient(
