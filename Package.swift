@@ -41,6 +41,8 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
+        /// glibc's <malloc.h> (`mallopt`), which the Glibc module does not import.
+        .systemLibrary(name: "CMalloc"),
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
@@ -231,6 +233,7 @@ let package = Package(
         .executableTarget(
             name: "ils-gateway",
             dependencies: [
+                .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 "ILSCore",
                 "ILSCrypto",
                 "ILSGateway",

@@ -48,6 +48,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
 
     /// Runs the command; an `ILSError` becomes one sentence on stderr and its exit status.
     static func main() async {
+        MemoryTuning.apply()
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
