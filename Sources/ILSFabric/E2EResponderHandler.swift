@@ -28,6 +28,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public static let handshakeTimeout: TimeAmount = .seconds(10)
 
     private var state: State
+    private let handshakeTimeout: TimeAmount
     private var handshakeTimer: Scheduled<Void>?
     private let authorize: Authorize
     private let onEstablished: OnEstablished
@@ -35,16 +36,18 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public init(
         credentials: E2EHandshake.Credentials,
         authorize: @escaping Authorize,
-        onEstablished: @escaping OnEstablished
+        onEstablished: @escaping OnEstablished,
+        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout
     ) {
         self.state = .awaitingHello(E2EResponder(credentials: credentials))
+        self.handshakeTimeout = handshakeTimeout
         self.authorize = authorize
         self.onEstablished = onEstablished
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {
         let channel = context.channel
-        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: Self.handshakeTimeout) {
+        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: handshakeTimeout) {
             if case .established = self.state { return }
             channel.close(promise: nil)
         }

@@ -93,6 +93,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         let logger: Logger
         /// Called with the controller's refusal to let this gateway host the service.
         let onRefusal: @Sendable (String) -> Void
+        /// How long a device may take to complete the end-to-end handshake.
+        var handshakeTimeout = E2EResponderHandler.handshakeTimeout
     }
 
     private let settings: Context
@@ -151,7 +153,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                     channel.pipeline.syncOperations,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
                                 )
-                            }
+                            },
+                            handshakeTimeout: settings.handshakeTimeout
                         )
                     )
                 })

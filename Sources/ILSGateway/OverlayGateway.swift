@@ -1,11 +1,11 @@
 import ILSClient
 public import ILSCore
 import ILSCrypto
-import ILSFabric
+public import ILSFabric
 public import ILSProxy
 public import Logging
 import NIOConcurrencyHelpers
-import NIOCore
+public import NIOCore
 import NIOHTTP2
 import NIOPosix
 public import ServiceLifecycle
@@ -26,6 +26,7 @@ public final class OverlayGateway: Service, Sendable {
     /// Where the identity file lives, for renewal; `nil` disables automatic renewal.
     private let identityPath: String?
     private let service: String
+    private let handshakeTimeout: TimeAmount
     private let core: ProxyCore
     private let logger: Logger
     private let policy = GatewayPolicy()
@@ -40,7 +41,8 @@ public final class OverlayGateway: Service, Sendable {
         identityPath: String? = nil,
         service: String,
         proxy: ProxyConfiguration,
-        logger: Logger
+        logger: Logger,
+        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout
     ) throws(ILSError) {
         guard identity.identity.role == .gateway else {
             throw ILSError(
@@ -51,6 +53,7 @@ public final class OverlayGateway: Service, Sendable {
         self.identity = NIOLockedValueBox(try Self.load(identity))
         self.identityPath = identityPath
         self.service = service
+        self.handshakeTimeout = handshakeTimeout
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
@@ -179,7 +182,7 @@ public final class OverlayGateway: Service, Sendable {
 
     private func connect() -> EventLoopFuture<any Channel> {
         let (connector, credentials) = identity.withLockedValue { ($0.connector, $0.credentials) }
-        let settings = GatewayStreamRouter.Context(
+        var settings = GatewayStreamRouter.Context(
             service: service,
             credentials: credentials,
             policy: policy,
@@ -194,9 +197,11 @@ public final class OverlayGateway: Service, Sendable {
                 )
             }
         )
+        settings.handshakeTimeout = handshakeTimeout
+        let router = settings
         let logger = self.logger
         return connector.connect(on: eventLoop) { channel in
-            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { GatewayStreamRouter(settings) }
+            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { GatewayStreamRouter(router) }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
                     logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])

@@ -2,6 +2,7 @@ import Foundation
 public import ILSClient
 public import ILSController
 public import ILSCore
+import ILSFabric
 public import ILSGateway
 public import ILSProxy
 public import ILSTunnel
@@ -93,7 +94,13 @@ public final class TestCluster: @unchecked Sendable {
         let identity = try await enroll(name, role: .gateway)
         var proxy = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
         configureProxy(&proxy)
-        let gateway = try OverlayGateway(identity: identity, service: "claude-api", proxy: proxy, logger: Self.logger)
+        let gateway = try OverlayGateway(
+            identity: identity,
+            service: "claude-api",
+            proxy: proxy,
+            logger: Self.logger,
+            handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout)
+        )
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)
         gateways.append(gateway)
