@@ -12,6 +12,14 @@ enum ControllerMetrics {
     static let revocations = Counter(label: "ils_revocations_total")
     static let deviceConnections = Meter(label: "ils_overlay_connections", dimensions: [("kind", "device")])
     static let gatewayConnections = Meter(label: "ils_overlay_connections", dimensions: [("kind", "gateway")])
+    /// Circuits whose two streams share an event loop (`same`), or whose bytes cross threads (`cross`: no gateway
+    /// connection on the device connection's loop).
+    static let sameLoopSplices = Counter(label: "ils_relay_splices_total", dimensions: [("loop", "same")])
+    static let crossLoopSplices = Counter(label: "ils_relay_splices_total", dimensions: [("loop", "cross")])
+
+    static func splice(sameLoop: Bool) {
+        (sameLoop ? sameLoopSplices : crossLoopSplices).increment()
+    }
 
     static func refusal(_ reason: String) {
         Counter(label: "ils_refusals_total", dimensions: [("reason", reason)]).increment()

@@ -14,6 +14,8 @@ struct ControllerOverlay: Sendable {
     let controller: Controller
     let relay: Relay
     let live: LiveConnections
+    /// The controller's event loops, numbered: each gateway connection is told which one it is on.
+    let loops: RelayLoops
     let logger: Logger
 
     private func identity(of channel: any Channel, purpose: String) throws(ILSError) -> IdentityRecord {
@@ -72,13 +74,14 @@ struct ControllerOverlay: Sendable {
         let controller = self.controller
         let relay = self.relay
         let live = self.live
+        let link = (loop: loops.index(of: channel.eventLoop), loops: loops.count)
         live.add(channel, identityID: gateway.id)
         ControllerMetrics.gatewayConnections.increment()
         channel.closeFuture.whenComplete { _ in ControllerMetrics.gatewayConnections.decrement() }
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(
-                    HostControlHandler(gateway: gateway, controller: controller) { service in
+                    HostControlHandler(gateway: gateway, controller: controller, link: link) { service in
                         live.addControlStream(stream)
                         relay.register(
                             Relay.Host(
@@ -104,11 +107,19 @@ final class HostControlHandler: ChannelInboundHandler {
 
     private let gateway: IdentityRecord
     private let controller: Controller
+    /// The event loop the gateway's connection is on, of how many.
+    private let link: (loop: Int?, loops: Int)
     private let register: @Sendable (String) -> Void
 
-    init(gateway: IdentityRecord, controller: Controller, register: @escaping @Sendable (String) -> Void) {
+    init(
+        gateway: IdentityRecord,
+        controller: Controller,
+        link: (loop: Int?, loops: Int),
+        register: @escaping @Sendable (String) -> Void
+    ) {
         self.gateway = gateway
         self.controller = controller
+        self.link = link
         self.register = register
     }
 
@@ -127,7 +138,12 @@ final class HostControlHandler: ChannelInboundHandler {
         let message: HostControlMessage
         let policy = try? controller.state.store.service(named: service)
         if let policy, policy.bindRoles.contains(gateway.role) {
-            message = HostControlMessage(dialRoles: policy.dialRoles, blocked: controller.blockedIdentityIDs())
+            message = HostControlMessage(
+                dialRoles: policy.dialRoles,
+                blocked: controller.blockedIdentityIDs(),
+                relayLoop: link.loop,
+                relayLoops: link.loops
+            )
             register(service)
         } else {
             let reason =

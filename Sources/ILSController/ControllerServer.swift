@@ -35,6 +35,7 @@ public final class ControllerServer: Service, Sendable {
     private let logger: Logger
     private let router: ControllerRouter
     private let overlay: ControllerOverlay
+    private let relay: Relay
     private let tlsContext: NIOSSLContext
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
     private let connections = ChildChannelRegistry()
@@ -55,8 +56,15 @@ public final class ControllerServer: Service, Sendable {
         let controller = Controller(state: state)
         let live = LiveConnections()
         let relay = Relay(controller: controller, gatewayTimeout: circuitOpenTimeout, logger: logger)
+        self.relay = relay
         self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
-        self.overlay = ControllerOverlay(controller: controller, relay: relay, live: live, logger: logger)
+        self.overlay = ControllerOverlay(
+            controller: controller,
+            relay: relay,
+            live: live,
+            loops: RelayLoops(group),
+            logger: logger
+        )
         do {
             let chain = try NIOSSLCertificate.fromPEMBytes(Array(state.serverCertificatePEM.utf8))
             let key = try NIOSSLPrivateKey(bytes: Array(state.serverKeyPEM.utf8), format: .pem)
@@ -86,6 +94,9 @@ public final class ControllerServer: Service, Sendable {
             )
         }
     }
+
+    /// Circuits spliced so far, by whether the device's and the gateway's streams shared an event loop.
+    package var splices: (sameLoop: Int, crossLoop: Int) { relay.splices }
 
     /// Binds and starts serving in the background of `run`. Returns the bound address.
     public func start() async throws(ILSError) -> SocketAddress {

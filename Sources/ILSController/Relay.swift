@@ -21,6 +21,8 @@ final class Relay: Sendable {
         var hosts: [String: [Host]] = [:]
         var nextIndex: [String: Int] = [:]
         var sessions: [ObjectIdentifier: SessionEntry] = [:]
+        var sameLoopSplices = 0
+        var crossLoopSplices = 0
     }
 
     /// A live circuit and its byte counters (updated by the two `RelayHandler`s).
@@ -65,15 +67,28 @@ final class Relay: Sendable {
         }
     }
 
-    /// The gateways of `service`, starting after the one used last, so dials spread across them.
-    private func candidates(for service: String) -> [Host] {
+    /// The gateways of `service` to try, in order: first the connections on `loop` (the device connection's event
+    /// loop), so the circuit is spliced without crossing threads, then the others; each group starts after the one
+    /// used last, so dials spread across gateways.
+    private func candidates(for service: String, near loop: any EventLoop) -> [Host] {
         state.withLockedValue { state in
             let hosts = state.hosts[service] ?? []
             guard !hosts.isEmpty else { return [] }
-            let start = (state.nextIndex[service] ?? 0) % hosts.count
-            state.nextIndex[service] = start + 1
-            return Array(hosts[start...] + hosts[..<start])
+            let turn = state.nextIndex[service] ?? 0
+            state.nextIndex[service] = turn &+ 1
+            func rotated(_ hosts: [Host]) -> [Host] {
+                guard !hosts.isEmpty else { return [] }
+                let start = turn % hosts.count
+                return Array(hosts[start...] + hosts[..<start])
+            }
+            return rotated(hosts.filter { $0.channel.eventLoop === loop })
+                + rotated(hosts.filter { $0.channel.eventLoop !== loop })
         }
+    }
+
+    /// Circuits spliced so far, by whether both streams shared an event loop (for tests and metrics).
+    var splices: (sameLoop: Int, crossLoop: Int) {
+        state.withLockedValue { ($0.sameLoopSplices, $0.crossLoopSplices) }
     }
 
     /// Decides a device's circuit: policy first, then the first gateway that accepts it.
@@ -129,7 +144,7 @@ final class Relay: Sendable {
                 )
             )
         }
-        let hosts = candidates(for: service)
+        let hosts = candidates(for: service, near: stream.eventLoop)
         guard !hosts.isEmpty else {
             return eventLoop.makeSucceededFuture(
                 .refuse(status: 503, code: "service_unavailable", reason: "no gateway hosts '\(service)' right now")
@@ -182,7 +197,12 @@ final class Relay: Sendable {
                 )
             )
             let key = ObjectIdentifier(deviceStream)
-            sessionState.withLockedValue { $0.sessions[key] = session }
+            let sameLoop = gatewayStream.eventLoop === deviceStream.eventLoop
+            sessionState.withLockedValue { state in
+                state.sessions[key] = session
+                if sameLoop { state.sameLoopSplices += 1 } else { state.crossLoopSplices += 1 }
+            }
+            ControllerMetrics.splice(sameLoop: sameLoop)
             ControllerMetrics.circuitsTotal.increment()
             ControllerMetrics.circuitsActive.increment()
             deviceStream.closeFuture.whenComplete { _ in

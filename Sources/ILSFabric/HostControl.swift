@@ -1,4 +1,5 @@
 public import ILSCore
+public import NIOCore
 
 /// The message the controller sends a gateway on the control stream after checking its bind permission.
 public struct HostControlMessage: Codable, Sendable {
@@ -9,10 +10,39 @@ public struct HostControlMessage: Codable, Sendable {
     public var blocked: [String]?
     /// Set instead when the gateway may not host the service.
     public var error: String?
+    /// The controller's event loop this connection landed on (`0..<relayLoops`), in the first message only. The
+    /// relay splices a device's circuit onto a gateway connection on the device connection's own loop when it has
+    /// one, so the circuit's bytes never cross threads; a gateway keeps one connection per loop to allow that.
+    public var relayLoop: Int?
+    /// How many event loops the controller's relay runs, in the first message only.
+    public var relayLoops: Int?
 
-    public init(dialRoles: [IdentityRole]? = nil, blocked: [String]? = nil, error: String? = nil) {
+    public init(
+        dialRoles: [IdentityRole]? = nil,
+        blocked: [String]? = nil,
+        error: String? = nil,
+        relayLoop: Int? = nil,
+        relayLoops: Int? = nil
+    ) {
         self.dialRoles = dialRoles
         self.blocked = blocked
         self.error = error
+        self.relayLoop = relayLoop
+        self.relayLoops = relayLoops
     }
+}
+
+/// The controller's event loops, numbered, so a gateway connection can be told which one it landed on.
+public struct RelayLoops: Sendable {
+    private let indices: [ObjectIdentifier: Int]
+    public let count: Int
+
+    public init(_ group: any EventLoopGroup) {
+        var indices: [ObjectIdentifier: Int] = [:]
+        for loop in group.makeIterator() { indices[ObjectIdentifier(loop)] = indices.count }
+        self.indices = indices
+        self.count = indices.count
+    }
+
+    public func index(of loop: any EventLoop) -> Int? { indices[ObjectIdentifier(loop)] }
 }

@@ -4,8 +4,9 @@ public import NIOHTTP2
 /// One half of the controller's splice between a device's circuit stream and a gateway's: DATA read here is
 /// written to the partner stream, with END_STREAM carried across.
 ///
-/// The two streams usually live on different event loops (different connections), so writes cross threads, once per
-/// read burst. Reads stop while more than `maximumInFlight` bytes are written to the partner but not yet accepted by
+/// The two streams usually share an event loop (a gateway keeps a connection on each of the controller's loops and the
+/// relay picks the one on the device connection's loop), and then a read burst is written to the partner at once; on
+/// different loops the burst crosses threads in one hop. Reads stop while more than `maximumInFlight` bytes are written to the partner but not yet accepted by
 /// it; the partner's HTTP/2 flow control holds those writes while its reader is slow, so a stalled circuit stops its
 /// sender (through this stream's own window) and never grows the relay's memory, while other circuits on the same
 /// connections flow.
@@ -54,8 +55,9 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
         batchBytes += size
     }
 
-    /// Hands everything read in this burst to the partner in one hop to its event loop, with one flush and one
-    /// completion, instead of a cross-thread write, flush and callback per frame.
+    /// Hands everything read in this burst to the partner with one flush and one completion: directly when the
+    /// partner shares this event loop, else in one hop to its loop (not a cross-thread write, flush and callback per
+    /// frame).
     public func channelReadComplete(context: ChannelHandlerContext) {
         sendBatch(context: context)
         context.fireChannelReadComplete()
@@ -71,11 +73,13 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let loop = NIOLoopBound(self, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         let written = partner.eventLoop.makePromise(of: Void.self)
-        partner.eventLoop.execute {
+        let send: @Sendable () -> Void = {
             for frame in frames.dropLast() { partner.write(frame, promise: nil) }
             partner.writeAndFlush(frames.last!, promise: written)
         }
+        if partner.eventLoop === eventLoop { send() } else { partner.eventLoop.execute(send) }
         written.futureResult.whenComplete { result in
+            // Deferred to a later tick even on the same loop: the completion may fire inside the partner's write.
             eventLoop.execute {
                 let handler = loop.value
                 handler.inFlight -= size

@@ -5,6 +5,8 @@ enum GatewayMetrics {
     static let circuitsActive = Meter(label: "ils_gateway_circuits_active")
     static let circuitsTotal = Counter(label: "ils_gateway_circuits_total")
     static let connected = Gauge(label: "ils_gateway_connected")
+    /// Connections to the controller: one per relay event loop when all are up.
+    static let links = Gauge(label: "ils_gateway_controller_links")
 
     static func refusal(_ reason: String) {
         Counter(label: "ils_gateway_refusals_total", dimensions: [("reason", reason)]).increment()

@@ -93,6 +93,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         let logger: Logger
         /// Called with the controller's refusal to let this gateway host the service.
         let onRefusal: @Sendable (String) -> Void
+        /// Called with the connection and the controller event loop it landed on, of how many (`nil` from a
+        /// controller that does not say), when the controller accepts the binding.
+        var onBound: @Sendable (_ connection: any Channel, _ relayLoop: Int?, _ relayLoops: Int?) -> Void = { _, _, _ in
+        }
         /// How long a device may take to complete the end-to-end handshake.
         var handshakeTimeout = E2EResponderHandler.handshakeTimeout
     }
@@ -183,18 +187,18 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
             controlBuffer.moveReaderIndex(forwardBy: 1)
             guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(line.readableBytesView))
             else { continue }
-            apply(message)
+            apply(message, connection: context.channel.parent)
         }
         controlBuffer.discardReadBytes()
     }
 
-    private func apply(_ message: HostControlMessage) {
+    private func apply(_ message: HostControlMessage, connection: (any Channel)?) {
         if let blocked = message.blocked {
             settings.policy.updateRevoked(blocked)
         }
         if let roles = message.dialRoles {
             settings.policy.update(roles)
-            settings.logger.info("hosting service", metadata: ["service": "\(settings.service)"])
+            if let connection { settings.onBound(connection, message.relayLoop, message.relayLoops) }
         } else if let error = message.error {
             settings.onRefusal(error)
         }

@@ -31,8 +31,31 @@ public final class OverlayGateway: Service, Sendable {
     private let logger: Logger
     private let policy = GatewayPolicy()
     private let eventLoop: any EventLoop
-    private let current = NIOLockedValueBox<(channel: (any Channel)?, stopped: Bool)>((nil, false))
-    private let isConnected = NIOLockedValueBox(false)
+    private let links = NIOLockedValueBox(Links())
+    /// How many links the controller's relay can use, as learnt from it; `run` starts a connect loop for each.
+    private let linkCount = AsyncStream.makeStream(of: Int.self)
+
+    /// The gateway's connections to the controller ("links"). The controller's relay runs several event loops and
+    /// splices each circuit onto a gateway connection on the device connection's own loop when there is one, so
+    /// the gateway keeps one link per relay loop (it is told, on each link, which loop it landed on). Every link
+    /// carries the control stream and circuits alike; the gateway is hosting while any of them is up.
+    private struct Links {
+        /// Live links, by slot.
+        var channels: [Int: any Channel] = [:]
+        /// The relay loop of each bound link, by slot.
+        var relayLoops: [Int: (loop: Int, connection: ObjectIdentifier)] = [:]
+        /// Consecutive times a slot landed on a loop another link already had.
+        var duplicates: [Int: Int] = [:]
+        /// Slots whose link was closed for landing on a taken loop: they dial again at once.
+        var redial: Set<Int> = []
+        var slots = 1
+        var stopped = false
+    }
+
+    /// At most this many links, whatever the controller's loop count.
+    static let maximumLinks = 16
+    /// A link that lands on a loop another link has is dropped and dialled again this many times, then kept.
+    static let duplicateRetries = 4
 
     /// - Parameter identityPath: the identity file, so the gateway can renew its certificate by itself before it
     ///   expires; without it, renewal is left to `ils-gateway renew`.
@@ -84,7 +107,7 @@ public final class OverlayGateway: Service, Sendable {
     /// re-made only while no circuit is live, so no stream is cut for a renewal.
     private func renewalLoop() async {
         guard let identityPath else { return }
-        while !(current.withLockedValue { $0.stopped }) {
+        while !(links.withLockedValue { $0.stopped }) {
             do {
                 try await Task.sleep(for: Self.renewalCheckInterval)
             } catch {
@@ -99,7 +122,7 @@ public final class OverlayGateway: Service, Sendable {
                 while policy.liveCircuits > 0 {
                     do { try await Task.sleep(for: .seconds(30)) } catch { return }
                 }
-                current.withLockedValue { $0.channel }?.close(promise: nil)
+                for channel in links.withLockedValue({ Array($0.channels.values) }) { channel.close(promise: nil) }
             } catch {
                 logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
             }
@@ -110,7 +133,15 @@ public final class OverlayGateway: Service, Sendable {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 group.addTask { await self.renewalLoop() }
-                await self.connectLoop()
+                group.addTask { await self.connectLoop(slot: 0) }
+                var started = 1
+                for await wanted in self.linkCount.stream {
+                    while started < wanted {
+                        let slot = started
+                        group.addTask { await self.connectLoop(slot: slot) }
+                        started += 1
+                    }
+                }
                 group.cancelAll()
             }
         } onGracefulShutdown: {
@@ -118,52 +149,69 @@ public final class OverlayGateway: Service, Sendable {
         }
     }
 
-    /// Stops reconnecting and closes the connection (and with it every circuit).
+    /// Stops reconnecting and closes every link (and with them every circuit).
     public func stop() {
-        let channel = current.withLockedValue { state -> (any Channel)? in
-            state.stopped = true
-            return state.channel
+        let channels = links.withLockedValue { links -> [any Channel] in
+            links.stopped = true
+            return Array(links.channels.values)
         }
-        channel?.close(promise: nil)
+        linkCount.continuation.finish()
+        for channel in channels { channel.close(promise: nil) }
     }
 
     /// Whether the gateway's own block list holds this identity (revoked or disabled).
     public func blocks(identityID: String) -> Bool { policy.blocks(identityID) }
 
     /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
-    public var isHosting: Bool { isConnected.withLockedValue { $0 } && policy.isKnown }
+    public var isHosting: Bool { links.withLockedValue { !$0.channels.isEmpty } && policy.isKnown }
 
-    private func connectLoop() async {
+    /// How many of the controller's relay loops this gateway has a bound link on (for tests).
+    public var relayLoopsCovered: Int { links.withLockedValue { Set($0.relayLoops.values.map(\.loop)).count } }
+
+    private var stopped: Bool { links.withLockedValue { $0.stopped } }
+
+    /// Keeps link `slot` up: dials, waits for it to close, dials again with jittered backoff. Slot 0 reports to the
+    /// log at info; the others, which come and go with it, at debug.
+    private func connectLoop(slot: Int) async {
         var backoff = Backoff()
         var lastFailure: String?
-        while !(current.withLockedValue { $0.stopped }) {
+        let level: Logger.Level = slot == 0 ? .info : .debug
+        while !stopped {
             do {
-                let channel = try await connect().get()
-                let stopped = current.withLockedValue { state -> Bool in
-                    state.channel = channel
-                    return state.stopped
+                let channel = try await connect(slot: slot).get()
+                let stopped = links.withLockedValue { links -> Bool in
+                    links.channels[slot] = channel
+                    return links.stopped
                 }
                 if stopped { channel.close(promise: nil) }
                 backoff.reset()
                 lastFailure = nil
-                logger.info(
+                logger.log(
+                    level: level,
                     "connected to controller",
                     metadata: [
                         "controller": "\(identity.withLockedValue { $0.connector.address })",
                         "service": "\(service)",
+                        "link": "\(slot)",
                     ]
                 )
-                isConnected.withLockedValue { $0 = true }
-                GatewayMetrics.connected.record(1)
+                recordLinks()
                 try? await channel.closeFuture.get()
-                isConnected.withLockedValue { $0 = false }
-                GatewayMetrics.connected.record(0)
-                policy.connectionLost()
-                if current.withLockedValue({ $0.stopped }) { break }
-                logger.warning("lost the controller connection; reconnecting")
+                let (lastLink, redial) = links.withLockedValue { links -> (Bool, Bool) in
+                    links.channels[slot] = nil
+                    return (links.channels.isEmpty, links.redial.remove(slot) != nil)
+                }
+                recordLinks()
+                if lastLink { policy.connectionLost() }
+                if self.stopped { break }
+                if redial {
+                    try? await Task.sleep(nanoseconds: UInt64.random(in: 10_000_000...50_000_000))
+                    continue
+                }
+                logger.log(level: slot == 0 ? .warning : .debug, "lost the controller connection; reconnecting")
             } catch {
                 let description = (error as? ILSError)?.reason ?? "\(error)"
-                if description != lastFailure {
+                if description != lastFailure, slot == 0 {
                     logger.warning(
                         "cannot reach the controller; retrying with backoff",
                         metadata: [
@@ -173,14 +221,62 @@ public final class OverlayGateway: Service, Sendable {
                     )
                     lastFailure = description
                 } else {
-                    logger.debug("controller still unreachable", metadata: ["error": "\(description)"])
+                    logger.debug(
+                        "controller still unreachable",
+                        metadata: ["error": "\(description)", "link": "\(slot)"]
+                    )
                 }
             }
             try? await Task.sleep(nanoseconds: UInt64(backoff.next().nanoseconds))
         }
     }
 
-    private func connect() -> EventLoopFuture<any Channel> {
+    private func recordLinks() {
+        let count = links.withLockedValue { $0.channels.count }
+        GatewayMetrics.connected.record(count > 0 ? 1 : 0)
+        GatewayMetrics.links.record(count)
+    }
+
+    /// The controller accepted link `slot`'s binding, on relay loop `relayLoop` of `relayLoops`. A link on a loop
+    /// another link already has is dropped and dialled again (a few times, then kept); the first answer that
+    /// names more loops than there are links starts the missing ones.
+    private func bound(slot: Int, connection: any Channel, relayLoop: Int?, relayLoops: Int?) {
+        logger.log(
+            level: slot == 0 ? .info : .debug,
+            "hosting service",
+            metadata: [
+                "service": "\(service)", "link": "\(slot)", "relay_loop": "\(relayLoop.map(String.init) ?? "-")",
+            ]
+        )
+        guard let relayLoop, let relayLoops else { return }  // a controller that does not say: one link
+        let key = ObjectIdentifier(connection)
+        let (duplicate, wanted) = links.withLockedValue { links -> (Bool, Int?) in
+            let taken = links.relayLoops.contains { $0.key != slot && $0.value.loop == relayLoop }
+            if taken, links.duplicates[slot, default: 0] < Self.duplicateRetries {
+                links.duplicates[slot, default: 0] += 1
+                links.redial.insert(slot)
+                return (true, nil)
+            }
+            links.duplicates[slot] = 0
+            links.relayLoops[slot] = (relayLoop, key)
+            let wanted = min(relayLoops, Self.maximumLinks)
+            guard wanted > links.slots, !links.stopped else { return (false, nil) }
+            links.slots = wanted
+            return (false, wanted)
+        }
+        if duplicate {
+            connection.close(promise: nil)
+            return
+        }
+        connection.closeFuture.whenComplete { _ in
+            self.links.withLockedValue { links in
+                if links.relayLoops[slot]?.connection == key { links.relayLoops[slot] = nil }
+            }
+        }
+        if let wanted { linkCount.continuation.yield(wanted) }
+    }
+
+    private func connect(slot: Int) -> EventLoopFuture<any Channel> {
         let (connector, credentials) = identity.withLockedValue { ($0.connector, $0.credentials) }
         var settings = GatewayStreamRouter.Context(
             service: service,
@@ -198,6 +294,9 @@ public final class OverlayGateway: Service, Sendable {
             }
         )
         settings.handshakeTimeout = handshakeTimeout
+        settings.onBound = { [weak self] connection, relayLoop, relayLoops in
+            self?.bound(slot: slot, connection: connection, relayLoop: relayLoop, relayLoops: relayLoops)
+        }
         let router = settings
         let logger = self.logger
         return connector.connect(on: eventLoop) { channel in

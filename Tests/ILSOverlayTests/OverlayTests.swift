@@ -1,8 +1,10 @@
 import Crypto
 import Foundation
 import ILSCore
+import ILSFabric
 import ILSTesting
 import NIOCore
+import NIOPosix
 import Testing
 
 /// Runs `body` with a fresh in-process cluster and always stops it.
@@ -175,6 +177,36 @@ struct OverlayTests {
                 if !succeeded { try await Task.sleep(for: .milliseconds(100)) }
             }
             #expect(succeeded)
+        }
+    }
+
+    @Test(
+        "a gateway keeps a link on each of the relay's event loops, and no circuit's bytes cross threads in the relay",
+        .enabled(if: System.coreCount > 1, "one event loop: every splice shares it")
+    )
+    func oneLinkPerRelayLoop() async throws {
+        try await withCluster { cluster in
+            let loops = RelayLoops(MultiThreadedEventLoopGroup.singleton).count
+            #expect(await TestCluster.eventually { cluster.gateways[0].relayLoopsCovered == loops })
+            // Device connections land on the controller's loops in turn: four tunnels cover both of two loops.
+            var ports = [cluster.tunnelPort]
+            for index in 2...4 {
+                ports.append(
+                    try await cluster.startTunnel(identity: try await cluster.enroll("tablet\(index)", role: .device))
+                )
+            }
+            for port in ports {
+                for _ in 0..<2 {
+                    let connection = try await TestHTTPConnection(port: port)
+                    try await connection.sendRequest("GET", "/health")
+                    #expect(try await connection.readHead().status == 200)
+                    _ = try await connection.readBody()
+                    await connection.close()
+                }
+            }
+            let splices = cluster.controller.splices
+            #expect(splices.sameLoop == 8)
+            #expect(splices.crossLoop == 0)
         }
     }
 
