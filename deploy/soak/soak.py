@@ -21,10 +21,12 @@ restart it, and revoke a throwaway device (create, enroll, start a tunnel, open 
 must end at once and the tunnel must refuse new requests). Time to recover (first request through each affected path
 after the restart) is measured by probing.
 
-Every SAMPLE_S seconds the RSS and open descriptors of every long-lived process are read from /proc, per incarnation
-(pid). At the end of warm-up and at the end of the run, load pauses and the counts settle (quiescent points); the
-descriptors at the end must be back to the first quiescent point's, and the RSS slope after warm-up, extrapolated over
-the run, must stay under the limit. Exit status 0 only if everything holds.
+Every SAMPLE_S seconds the resident memory (VmRSS, and its private part RssAnon) and open descriptors of every
+long-lived process are read from /proc, per incarnation (pid). At the end of warm-up and at the end of the run, load
+pauses and the counts settle (quiescent points); the descriptors at the end must be back to the first quiescent
+point's, and the slope of private memory after warm-up, extrapolated over the run, must stay under the limit. Private
+memory is judged because file-backed pages (the executable's code, faulted in as code paths first run) are not
+memory the process holds on to; RSS is reported beside it. Exit status 0 only if everything holds.
 
 Run it through deploy/soak/run.sh, which picks the binary (ILS_BIN) and installs missing Python packages.
 """
@@ -62,7 +64,7 @@ sys.path.insert(0, str(ROOT / "deploy" / "backend"))
 import conftest  # noqa: E402
 from app import fake_answer, pseudorandom_blocks  # noqa: E402
 from conftest import Backend, Controller, Gateway, ManagedProcess, make_certs  # noqa: E402
-from hostile import fd_count, rss_bytes  # noqa: E402
+from hostile import fd_count  # noqa: E402
 from sse_helpers import parse_sse, timed_lines  # noqa: E402
 from test_faults import gateway_process, integrity, sigkill  # noqa: E402
 from test_overlay import Tunnel, enroll  # noqa: E402
@@ -558,9 +560,25 @@ class Sample:
     t: float  # seconds since load start
     role: str
     pid: int
-    rss: int
+    rss: int  # VmRSS: everything resident
+    anon: int  # RssAnon: private (heap, stacks): what a leak grows, and what the verdict judges
     fds: int
     paused: bool = False  # taken while the load was paused for a quiescent point (not used in slope fits)
+
+
+def resident(pid: int) -> tuple[int, int]:
+    """(VmRSS, RssAnon) in bytes. RSS also counts file-backed pages: the executable's and libraries' code and data,
+    faulted in as code paths first run (a restart path, a TLS error path) and shared with every other process mapping
+    them; they can grow only up to the size of those files. Private anonymous memory is where a leak shows."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                fields[key] = int(value.split()[0]) * 1024
+    if "VmRSS" not in fields:
+        raise AssertionError(f"no VmRSS for pid {pid}")
+    return fields["VmRSS"], fields.get("RssAnon", fields["VmRSS"])
 
 
 class Sampler:
@@ -579,7 +597,8 @@ class Sampler:
         out = []
         for role, p in self.system.processes():
             try:
-                out.append(Sample(now, role, p.pid, rss_bytes(p.pid), fd_count(p.pid), paused))
+                rss, anon = resident(p.pid)
+                out.append(Sample(now, role, p.pid, rss, anon, fd_count(p.pid), paused))
             except (OSError, AssertionError):
                 pass  # exited between the listing and the read
         return out
@@ -603,7 +622,8 @@ class Sampler:
                 break
             previous = counts
             time.sleep(1.0)
-        log(f"quiescent point ({label}): " + ", ".join(f"{r} {s.fds} fds {s.rss / MIB:.1f} MiB"
+        log(f"quiescent point ({label}): " + ", ".join(f"{r} {s.fds} fds {s.rss / MIB:.1f} MiB "
+                                                       f"({s.anon / MIB:.1f} private)"
                                                        for r, s in sorted(snap.items())))
         return {r: {**asdict(s), "drained": drained} for r, s in snap.items()}
 
@@ -794,14 +814,19 @@ def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float,
     for (role, pid), ss in sorted(by_inc.items(), key=lambda kv: (kv[0][0], kv[1][0].t)):
         born = ss[0].t
         settled = [s for s in ss if s.t >= max(fit_from_s, born + inc_warmup_s) and not s.paused]
-        rss = rss_verdict([(s.t, s.rss) for s in settled], run_s)
+        rss = rss_verdict([(s.t, s.rss) for s in settled], run_s)  # reported
+        anon = rss_verdict([(s.t, s.anon) for s in settled], run_s)  # judged
         rows.append({
             "role": role, "pid": pid, "from_s": round(ss[0].t, 1), "to_s": round(ss[-1].t, 1), "samples": len(ss),
             "rss_first_mib": ss[0].rss / MIB, "rss_settled_mib": settled[0].rss / MIB if settled else None,
             "rss_last_mib": ss[-1].rss / MIB, "rss_max_mib": max(s.rss for s in ss) / MIB,
             "fds_first": ss[0].fds, "fds_last": ss[-1].fds, "fds_max": max(s.fds for s in ss),
             "fds_slope_per_min": slope_per_min([(s.t, s.fds) for s in settled]) if len(settled) > 1 else 0.0,
+            "anon_first_mib": ss[0].anon / MIB, "anon_settled_mib": settled[0].anon / MIB if settled else None,
+            "anon_last_mib": ss[-1].anon / MIB,
+            "anon_max_mib": max(s.anon for s in ss) / MIB,
             **{f"rss_{k}": v for k, v in rss.items()},
+            **{f"anon_{k}": v for k, v in anon.items()},
         })
     return rows
 
@@ -809,14 +834,15 @@ def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float,
 def fd_checks(first: dict, last: dict) -> list[dict]:
     """Quiescent point after warm-up vs at the end, per role: descriptors back to where they were (any
     incarnation: a restarted process at rest holds the same sockets and files), and for a process that was never
-    restarted, RSS grown by at most QUIESCENT_RSS_LIMIT_MIB."""
+    restarted, private memory (RssAnon) grown by at most QUIESCENT_RSS_LIMIT_MIB."""
     out = []
     for role in sorted(set(first) & set(last)):
         a, b = first[role], last[role]
         same = a["pid"] == b["pid"]
-        rss_ok = not same or b["rss"] - a["rss"] <= QUIESCENT_RSS_LIMIT_MIB * MIB
+        rss_ok = not same or b["anon"] - a["anon"] <= QUIESCENT_RSS_LIMIT_MIB * MIB
         out.append({"role": role, "pid_first": a["pid"], "pid_last": b["pid"], "fds_first": a["fds"],
                     "fds_last": b["fds"], "rss_first_mib": a["rss"] / MIB, "rss_last_mib": b["rss"] / MIB,
+                    "anon_first_mib": a["anon"] / MIB, "anon_last_mib": b["anon"] / MIB,
                     "fds_ok": b["fds"] <= a["fds"] + FD_SLACK, "rss_ok": rss_ok,
                     "ok": b["fds"] <= a["fds"] + FD_SLACK and rss_ok})
     return out
@@ -859,28 +885,36 @@ def render_markdown(rep: dict) -> str:
                  f"{', '.join(x['outcome'] for x in d.get('new_requests', []))} | {d.get('tunnel_exit')} | "
                  f"{'yes' if e['ok'] else '**NO** ' + d.get('error', '')[:80]} |" if end is not None else
                  f"| {e['at']:.0f} | | | | | | **NO** {d.get('error', '')[:120]} |")
-    L += ["", "## Memory and descriptors (every incarnation; RSS in MiB; slopes under load after warm-up, over all "
+    L += ["", "## Memory and descriptors (every incarnation; MiB; slopes under load after warm-up, over all "
           "samples and over each minute's minimum; growth = floor slope × run length)", "",
-          "| process | pid | alive (s) | RSS first | RSS after warm-up | RSS last | RSS max | slope KiB/min | "
-          "floor slope KiB/min | growth over run MiB (limit) | fds first / last / max | flat |",
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+          "Judged: private memory (RssAnon: heap, stacks), where a leak shows. RSS also counts the executable's and "
+          "libraries' pages, faulted in as code paths first run and bounded by those files' size; its floor slope "
+          "is shown for reference.", "",
+          "| process | pid | alive (s) | RSS first / last / max | RSS floor slope KiB/min | private first / after "
+          "warm-up / last / max | private slope KiB/min | private floor slope KiB/min | growth over run MiB (limit) | "
+          "fds first / last / max | flat |",
+          "| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
     for m in rep["memory"]:
-        judged = m.get("rss_judged")
+        judged = m.get("anon_judged")
         L.append(
-            f"| {m['role']} | {m['pid']} | {m['from_s']:.0f}–{m['to_s']:.0f} | {m['rss_first_mib']:.1f} | "
-            + (f"{m['rss_settled_mib']:.1f}" if m["rss_settled_mib"] is not None else "–")
-            + f" | {m['rss_last_mib']:.1f} | {m['rss_max_mib']:.1f} | "
-            + (f"{m['rss_slope_kib_per_min']:+.1f} | {m['rss_floor_slope_kib_per_min']:+.1f} | "
-               f"{m['rss_growth_over_run_mib']:+.2f} ({m['rss_limit_mib']:.1f})"
+            f"| {m['role']} | {m['pid']} | {m['from_s']:.0f}–{m['to_s']:.0f} | "
+            f"{m['rss_first_mib']:.1f} / {m['rss_last_mib']:.1f} / {m['rss_max_mib']:.1f} | "
+            + (f"{m['rss_floor_slope_kib_per_min']:+.1f}" if m.get("rss_judged") else "–")
+            + f" | {m['anon_first_mib']:.1f} / "
+            + (f"{m['anon_settled_mib']:.1f}" if m.get("anon_settled_mib") is not None else "–")
+            + f" / {m['anon_last_mib']:.1f} / {m['anon_max_mib']:.1f} | "
+            + (f"{m['anon_slope_kib_per_min']:+.1f} | {m['anon_floor_slope_kib_per_min']:+.1f} | "
+               f"{m['anon_growth_over_run_mib']:+.2f} ({m['anon_limit_mib']:.1f})"
                if judged else "– | – | too short to judge")
             + f" | {m['fds_first']} / {m['fds_last']} / {m['fds_max']} | "
-            + ("–" if not judged else ("yes" if m["rss_flat"] else "**NO**")) + " |")
+            + ("–" if not judged else ("yes" if m["anon_flat"] else "**NO**")) + " |")
     L += ["", "## Quiescent points (load paused, connections settled)", "",
-          "| process | compared with | pid → at end | fds → at end | RSS MiB → at end | ok |",
-          "| --- | --- | --- | --- | --- | --- |"]
+          "| process | compared with | pid → at end | fds → at end | RSS MiB → at end | private MiB → at end | ok |",
+          "| --- | --- | --- | --- | --- | --- | --- |"]
     for q in rep["quiescent"]:
         L.append(f"| {q['role']} | {q['from']} | {q['pid_first']} → {q['pid_last']} | {q['fds_first']} → {q['fds_last']} | "
-                 f"{q['rss_first_mib']:.1f} → {q['rss_last_mib']:.1f} | {'yes' if q['ok'] else '**NO**'} |")
+                 f"{q['rss_first_mib']:.1f} → {q['rss_last_mib']:.1f} | "
+                 f"{q['anon_first_mib']:.1f} → {q['anon_last_mib']:.1f} | {'yes' if q['ok'] else '**NO**'} |")
     if rep["unexpected_failures"]:
         L += ["", "## Unexpected failures (first 50)", ""]
         L += [f"- t={u['start_s']:.1f}–{u['end_s']:.1f} s {u['path']} {u['kind']}: {u['detail']}"
@@ -909,20 +943,22 @@ def print_summary(rep: dict) -> None:
             info = f"recovered {d.get('recovered_s')} s after restart, integrity {d.get('integrity_check', '-')}"
         print(f"t={e['at']:7.1f}s {e['kind']:<10} {'ok ' if e['ok'] else 'BAD'} {info} {d.get('error', '')[:200]}")
     print()
-    print(f"{'process':<18} {'pid':>7} {'RSS first':>9} {'settled':>8} {'last':>7} {'max':>7} {'KiB/min':>8} "
-          f"{'floor':>8} {'growth':>7} {'fds f/l/max':>12}")
+    print(f"{'process':<18} {'pid':>7} {'RSS last':>8} {'priv 1st':>8} {'settled':>8} {'last':>7} {'max':>7} "
+          f"{'KiB/min':>8} {'floor':>8} {'growth':>7} {'fds f/l/max':>12}")
     for m in rep["memory"]:
-        slope = (f"{m['rss_slope_kib_per_min']:+8.1f} {m['rss_floor_slope_kib_per_min']:+8.1f}" if m.get("rss_judged")
+        judged = m.get("anon_judged")
+        slope = (f"{m['anon_slope_kib_per_min']:+8.1f} {m['anon_floor_slope_kib_per_min']:+8.1f}" if judged
                  else f"{'-':>8} {'-':>8}")
-        growth = f"{m['rss_growth_over_run_mib']:+7.2f}" if m.get("rss_judged") else f"{'-':>7}"
-        settled = f"{m['rss_settled_mib']:8.1f}" if m["rss_settled_mib"] is not None else f"{'-':>8}"
-        print(f"{m['role']:<18} {m['pid']:>7} {m['rss_first_mib']:9.1f} {settled} {m['rss_last_mib']:7.1f} "
-              f"{m['rss_max_mib']:7.1f} {slope} {growth} {m['fds_first']:>4}/{m['fds_last']}/{m['fds_max']}")
+        growth = f"{m['anon_growth_over_run_mib']:+7.2f}" if judged else f"{'-':>7}"
+        settled = f"{m['anon_settled_mib']:8.1f}" if m.get("anon_settled_mib") is not None else f"{'-':>8}"
+        print(f"{m['role']:<18} {m['pid']:>7} {m['rss_last_mib']:8.1f} {m['anon_first_mib']:8.1f} {settled} "
+              f"{m['anon_last_mib']:7.1f} {m['anon_max_mib']:7.1f} {slope} {growth} "
+              f"{m['fds_first']:>4}/{m['fds_last']}/{m['fds_max']}")
     print()
     for q in rep["quiescent"]:
         print(f"quiescent {q['role']:<18} {q['from']:<14} fds {q['fds_first']} -> {q['fds_last']}  "
-              f"RSS {q['rss_first_mib']:.1f} -> "
-              f"{q['rss_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}")
+              f"RSS {q['rss_first_mib']:.1f} -> {q['rss_last_mib']:.1f} MiB, private {q['anon_first_mib']:.1f} -> "
+              f"{q['anon_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}")
     print()
     print("PASS" if rep["passed"] else "FAIL: " + "; ".join(rep["failures"]))
 
@@ -1087,15 +1123,16 @@ def main() -> int:
     if len(events) < len(plan):
         failures.append(f"only {len(events)} of {len(plan)} events ran")
     for m in memory:
-        if m.get("rss_judged") and not m["rss_flat"]:
-            failures.append(f"{m['role']} (pid {m['pid']}) RSS floor grows {m['rss_floor_slope_kib_per_min']:.0f} KiB/min "
-                            f"({m['rss_growth_over_run_mib']:.1f} MiB over the run, limit {m['rss_limit_mib']:.1f})")
+        if m.get("anon_judged") and not m["anon_flat"]:
+            failures.append(f"{m['role']} (pid {m['pid']}) private memory floor grows "
+                            f"{m['anon_floor_slope_kib_per_min']:.0f} KiB/min "
+                            f"({m['anon_growth_over_run_mib']:.1f} MiB over the run, limit {m['anon_limit_mib']:.1f})")
     for q in quiescent:
         if not q["fds_ok"]:
             failures.append(f"{q['role']} descriptors {q['fds_first']} ({q['from']}) -> {q['fds_last']} (end)")
         if not q["rss_ok"]:
-            failures.append(f"{q['role']} RSS {q['rss_first_mib']:.1f} MiB ({q['from']}) -> "
-                            f"{q['rss_last_mib']:.1f} MiB (end), limit +{QUIESCENT_RSS_LIMIT_MIB:.0f} MiB")
+            failures.append(f"{q['role']} private memory {q['anon_first_mib']:.1f} MiB ({q['from']}) -> "
+                            f"{q['anon_last_mib']:.1f} MiB (end), limit +{QUIESCENT_RSS_LIMIT_MIB:.0f} MiB")
     if not quiescent and not failures:
         failures.append("no quiescent points were taken")
     if final_integrity != "ok":
