@@ -43,7 +43,11 @@ struct ControllerOverlay: Sendable {
         } catch {
             ControllerMetrics.refusal(error.code.name)
             logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
-            channel.close(promise: nil)
+            if Self.presentedCertificate(channel) {
+                try refuseCircuits(on: channel, reason: error.reason)
+            } else {
+                channel.close(promise: nil)
+            }
             return
         }
         let relay = self.relay
@@ -55,6 +59,33 @@ struct ControllerOverlay: Sendable {
         }
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))
         logger.info("device connected", metadata: ["identity": "\(device.name)"])
+    }
+
+    /// Whether the peer presented a certificate (TLS verified it against the CA: one this controller issued).
+    private static func presentedCertificate(_ channel: any Channel) -> Bool {
+        (try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate) != nil
+    }
+
+    /// How long a refused device connection stays open for the device to ask for a circuit and read why not.
+    static let refusalGrace: TimeAmount = .seconds(2)
+
+    /// A device connection with a certificate this controller issued whose identity may not dial (revoked,
+    /// disabled, deleted, re-certified, another role): its first circuit request is answered `403 identity_blocked` with the reason, so the
+    /// device can tell its user why, then the connection closes; it closes after `refusalGrace` in any case. No
+    /// circuit is ever relayed on it.
+    private func refuseCircuits(on channel: any Channel, reason: String) throws {
+        let closer = channel.eventLoop.scheduleTask(in: Self.refusalGrace) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in closer.cancel() }
+        try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+            CircuitAcceptor { _, _, stream in
+                // The refusal is written and flushed before the stream closes; the connection goes with it.
+                stream.closeFuture.whenComplete { _ in channel.close(promise: nil) }
+                return stream.eventLoop.makeSucceededFuture(
+                    .refuse(status: 403, code: "identity_blocked", reason: reason)
+                )
+            }
+        }
+        try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: "refused device"))
     }
 
     /// A gateway connection: HTTP/2 with the controller as client. The first stream asks what it hosts.

@@ -83,6 +83,30 @@ struct RevocationTests {
         }
     }
 
+    @Test("a revoked device that dials again is told why: 403 identity_blocked naming the revocation, then closed")
+    func revokedDeviceIsToldWhy() async throws {
+        try await withCluster { cluster in
+            let phone = try await cluster.enroll("phone", role: .device)
+            let dialer = try OverlayDialer(identity: phone)
+            let circuit = try await dialer.dial(service: "claude-api").get()
+            circuit.close(promise: nil)
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/phone/revoke")
+            var refusal: (code: String, reason: String)?
+            // The revocation closed the phone's connection; the next dial makes a new one and is refused on it.
+            for _ in 0..<50 where refusal == nil {
+                do {
+                    (try await dialer.dial(service: "claude-api").get()).close(promise: nil)
+                    try await Task.sleep(for: .milliseconds(20))
+                } catch OverlayDialer.DialError.refused(let code, let reason) {
+                    refusal = (code, reason)
+                }
+            }
+            #expect(refusal?.code == "identity_blocked")
+            #expect(refusal?.reason.contains("'phone' is revoked") == true)
+            #expect(cluster.controller.splices.sameLoop + cluster.controller.splices.crossLoop == 1)
+        }
+    }
+
     @Test("a revoked identity stays revoked: it cannot be enabled or reissued")
     func revokedIsFinal() async throws {
         try await withCluster { cluster in

@@ -133,6 +133,52 @@ def h2_outcome(c: Controller, creds: Optional[tuple[Path, Path]], alpn: str) -> 
         tls.close()
 
 
+def h2_dial_outcome(c: Controller, creds: tuple[Path, Path]) -> str:
+    """Opens a device connection (ils-dial/1), asks for a circuit (CONNECT claude-api, stream 1) and says what came
+    back: "circuit refused, then closed" when the controller answered the CONNECT with a final non-200 head and closed
+    the connection; "circuit answered 200" or "no refusal ..." otherwise; "refused: ..." when it never spoke HTTP/2."""
+    raw = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+    try:
+        tls = tls_context(c, creds, "ils-dial/1").wrap_socket(raw, server_hostname="127.0.0.1")
+    except (ssl.SSLError, ConnectionResetError) as e:
+        raw.close()
+        return f"refused in the handshake: {e!r}"
+    # HPACK literals without indexing, indexed names (:method = 2, :authority = 1), no Huffman.
+    block = b"\x02\x07CONNECT" + b"\x01\x0aclaude-api"
+    headers = len(block).to_bytes(3, "big") + b"\x01\x04" + (1).to_bytes(4, "big") + block  # END_HEADERS
+    try:
+        tls.sendall(H2_PREFACE + headers)
+        data, answer, closed = b"", None, False
+        deadline = time.monotonic() + CLOSE_BOUND_S
+        while time.monotonic() < deadline and not closed:
+            tls.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                chunk = tls.recv(65536)
+            except socket.timeout:
+                break
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                closed = True
+            data += chunk
+            while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+                length, kind, flags = int.from_bytes(data[:3], "big"), data[3], data[4]
+                stream = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+                if kind == 0x01 and stream == 1 and answer is None:
+                    answer = (data[9:9 + length], flags)
+                data = data[9 + length:]
+        if answer is None:
+            return f"no answer to the CONNECT ({'closed' if closed else 'still open'})"
+        block, flags = answer
+        if block[:1] == b"\x88":  # static table entry 8: ":status 200"
+            return "circuit answered 200"
+        if not flags & 0x01:
+            return "no refusal: the answer did not end the stream"
+        return "circuit refused, then closed" if closed else "circuit refused, connection left open"
+    finally:
+        tls.close()
+
+
 def store_row(c: Controller, name: str) -> tuple:
     import sqlite3
 
@@ -359,10 +405,14 @@ def test_certificate_of_a_fallen_identity_is_refused(controller: Controller, adm
     status, body = api(controller, "POST", "/v1/renew", fallen[name], {"publicKey": b64url(os.urandom(32)),
                                                                        "proof": b64url(os.urandom(64))})
     assert status in (0, 403), (status, body)
-    for alpn in ("ils-dial/1", "ils-host/1"):
-        outcome = h2_outcome(controller, fallen[name], alpn)
-        print(f"{alpn} as {name}: {outcome}")
-        assert outcome != "settings", f"{alpn}: the controller accepted {name}"
+    outcome = h2_outcome(controller, fallen[name], "ils-host/1")
+    print(f"ils-host/1 as {name}: {outcome}")
+    assert outcome != "settings", f"ils-host/1: the controller accepted {name}"
+    # A device is told why on its first circuit request (403 identity_blocked), then the connection closes; no
+    # circuit is ever relayed for it.
+    outcome = h2_dial_outcome(controller, fallen[name])
+    print(f"ils-dial/1 as {name}: {outcome}")
+    assert outcome == "circuit refused, then closed", f"ils-dial/1 as {name}: {outcome}"
     assert store_row(controller, name) == row, f"a refused {name} changed its store row"
     assert_controller_serves(controller, admin)
 
