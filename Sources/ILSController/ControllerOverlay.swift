@@ -168,14 +168,14 @@ final class HostControlHandler: ChannelInboundHandler {
         else { return }
         let message: HostControlMessage
         let policy = try? controller.state.store.service(named: service)
-        if let policy, policy.bindRoles.contains(gateway.role) {
+        let accepted = policy.map { $0.bindRoles.contains(gateway.role) } ?? false
+        if let policy, accepted {
             message = HostControlMessage(
                 dialRoles: policy.dialRoles,
                 blocked: controller.blockedIdentityIDs(),
                 relayLoop: link.loop,
                 relayLoops: link.loops
             )
-            register(service)
         } else {
             let reason =
                 policy == nil
@@ -198,5 +198,9 @@ final class HostControlHandler: ChannelInboundHandler {
         ).whenComplete { _ in
             if refused { parent?.close(promise: nil) }
         }
+        // Only now may circuits be opened on this connection: their heads then reach the gateway after the message
+        // (writes from other threads run on this loop after this one), so the gateway knows the policy and which loop
+        // it is on before its first circuit — it drops a link that landed on a loop it covers before any circuit.
+        if accepted { register(service) }
     }
 }

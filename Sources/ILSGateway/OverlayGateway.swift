@@ -54,8 +54,9 @@ public final class OverlayGateway: Service, Sendable {
 
     /// At most this many links, whatever the controller's loop count.
     static let maximumLinks = 16
-    /// A link that lands on a loop another link has is dropped and dialled again this many times, then kept.
-    static let duplicateRetries = 4
+    /// A link that lands on a loop another link has is dropped and dialled again up to this many times in a row
+    /// (per relay loop: connections land on the loops in turn, other peers' interleaved), then kept.
+    static let duplicateRetriesPerLoop = 4
 
     /// - Parameter identityPath: the identity file, so the gateway can renew its certificate by itself before it
     ///   expires; without it, renewal is left to `ils-gateway renew`.
@@ -252,7 +253,7 @@ public final class OverlayGateway: Service, Sendable {
         let key = ObjectIdentifier(connection)
         let (duplicate, wanted) = links.withLockedValue { links -> (Bool, Int?) in
             let taken = links.relayLoops.contains { $0.key != slot && $0.value.loop == relayLoop }
-            if taken, links.duplicates[slot, default: 0] < Self.duplicateRetries {
+            if taken, links.duplicates[slot, default: 0] < Self.duplicateRetriesPerLoop * max(relayLoops, 2) {
                 links.duplicates[slot, default: 0] += 1
                 links.redial.insert(slot)
                 return (true, nil)
