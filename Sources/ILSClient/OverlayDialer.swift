@@ -94,6 +94,9 @@ public final class OverlayDialer: Sendable {
                     try stream.pipeline.syncOperations.addHandler(CircuitDialer(service: service, opened: opened))
                 }
             }
+            // A stream that could not be made (the connection is closing) never answers: complete `opened` too, or
+            // the promise and the futures waiting on it leak.
+            stream.whenFailure { opened.fail($0) }
             return stream.and(opened.futureResult).flatMapThrowing { stream, _ in
                 let pipeline = stream.pipeline.syncOperations
                 try pipeline.addHandler(StreamDataCodec())

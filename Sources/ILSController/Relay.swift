@@ -180,6 +180,8 @@ final class Relay: Sendable {
                 )
             }
         }
+        // A stream that could not be made (the gateway connection is closing) never answers: fail `opened` now.
+        gatewayStream.whenFailure { opened.fail($0) }
         let logger = self.logger
         let sessionState = self.state
         return gatewayStream.and(opened.futureResult).flatMap { gatewayStream, _ -> EventLoopFuture<CircuitDecision> in

@@ -46,17 +46,18 @@ public final class OverlayGateway: Service, Sendable {
         var relayLoops: [Int: (loop: Int, connection: ObjectIdentifier)] = [:]
         /// Consecutive times a slot landed on a loop another link already had.
         var duplicates: [Int: Int] = [:]
-        /// Slots whose link was closed for landing on a taken loop: they dial again at once.
-        var redial: Set<Int> = []
+        /// Slots whose link was closed for landing on a taken loop: they dial again, at once (`true`) or after the
+        /// usual backoff.
+        var redial: [Int: Bool] = [:]
         var slots = 1
         var stopped = false
     }
 
     /// At most this many links, whatever the controller's loop count.
     static let maximumLinks = 16
-    /// A link that lands on a loop another link has is dropped and dialled again up to this many times in a row
-    /// (per relay loop: connections land on the loops in turn, other peers' interleaved), then kept.
-    static let duplicateRetriesPerLoop = 4
+    /// A link that lands on a loop another link has is dropped and dialled again: at once up to this many times in a
+    /// row (per relay loop: connections land on the loops in turn, other peers' interleaved), then with backoff.
+    static let quickRetriesPerLoop = 4
 
     /// - Parameter identityPath: the identity file, so the gateway can renew its certificate by itself before it
     ///   expires; without it, renewal is left to `ils-gateway renew`.
@@ -175,6 +176,7 @@ public final class OverlayGateway: Service, Sendable {
     /// log at info; the others, which come and go with it, at debug.
     private func connectLoop(slot: Int) async {
         var backoff = Backoff()
+        var duplicateBackoff = Backoff()  // not reset by each connection, unlike `backoff`
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
         while !stopped {
@@ -198,17 +200,21 @@ public final class OverlayGateway: Service, Sendable {
                 )
                 recordLinks()
                 try? await channel.closeFuture.get()
-                let (lastLink, redial) = links.withLockedValue { links -> (Bool, Bool) in
+                let (lastLink, redial) = links.withLockedValue { links -> (Bool, Bool?) in
                     links.channels[slot] = nil
-                    return (links.channels.isEmpty, links.redial.remove(slot) != nil)
+                    return (links.channels.isEmpty, links.redial.removeValue(forKey: slot))
                 }
                 recordLinks()
                 if lastLink { policy.connectionLost() }
                 if self.stopped { break }
-                if redial {
+                if redial == true {
                     try? await Task.sleep(nanoseconds: UInt64.random(in: 10_000_000...50_000_000))
                     continue
+                } else if redial == false {
+                    try? await Task.sleep(nanoseconds: UInt64(duplicateBackoff.next().nanoseconds))
+                    continue
                 }
+                duplicateBackoff.reset()
                 logger.log(level: slot == 0 ? .warning : .debug, "lost the controller connection; reconnecting")
             } catch {
                 let description = (error as? ILSError)?.reason ?? "\(error)"
@@ -253,9 +259,9 @@ public final class OverlayGateway: Service, Sendable {
         let key = ObjectIdentifier(connection)
         let (duplicate, wanted) = links.withLockedValue { links -> (Bool, Int?) in
             let taken = links.relayLoops.contains { $0.key != slot && $0.value.loop == relayLoop }
-            if taken, links.duplicates[slot, default: 0] < Self.duplicateRetriesPerLoop * max(relayLoops, 2) {
+            if taken {
                 links.duplicates[slot, default: 0] += 1
-                links.redial.insert(slot)
+                links.redial[slot] = links.duplicates[slot]! <= Self.quickRetriesPerLoop * max(relayLoops, 2)
                 return (true, nil)
             }
             links.duplicates[slot] = 0

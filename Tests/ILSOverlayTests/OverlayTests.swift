@@ -187,7 +187,11 @@ struct OverlayTests {
     func oneLinkPerRelayLoop() async throws {
         try await withCluster { cluster in
             let loops = RelayLoops(MultiThreadedEventLoopGroup.singleton).count
-            #expect(await TestCluster.eventually { cluster.gateways[0].relayLoopsCovered == loops })
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(.seconds(20))) {
+                    cluster.gateways[0].relayLoopsCovered == loops
+                }
+            )
             // Device connections land on the controller's loops in turn: four tunnels cover both of two loops.
             var ports = [cluster.tunnelPort]
             for index in 2...4 {
