@@ -73,14 +73,16 @@ public final class FabricConnectionErrorHandler: ChannelInboundHandler, Sendable
 }
 
 extension ChannelPipeline.SynchronousOperations {
-    /// An overlay connection's HTTP/2 with `FabricSettings`. Each stream the peer opens starts with the handler
-    /// `acceptStream` makes; without one, the peer may not open streams and each is closed at once.
+    /// An overlay connection's HTTP/2 with `FabricSettings`, behind an `HTTP2FrameAligner`. Each stream the peer
+    /// opens starts with the handler `acceptStream` makes; without one, the peer may not open streams and each is
+    /// closed at once.
     @discardableResult
     public func configureFabricHTTP2(
         mode: NIOHTTP2Handler.ParserMode,
         acceptStream: (@Sendable () -> any ChannelHandler)? = nil
     ) throws -> NIOHTTP2Handler.StreamMultiplexer {
-        try configureHTTP2Pipeline(
+        try addHandler(HTTP2FrameAligner(expectsPreface: mode == .server))
+        return try configureHTTP2Pipeline(
             mode: mode,
             connectionConfiguration: FabricSettings.connection,
             streamConfiguration: FabricSettings.stream
