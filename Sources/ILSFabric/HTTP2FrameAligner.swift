@@ -22,7 +22,7 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
     static let headerSize = 9
     static let prefaceSize = 24
 
-    private let maximumFrameSize: Int
+    /// Header plus the largest payload this side announces: the longest frame, and the most passed on in one read.
     private let batchLimit: Int
     private var prefaceLeft: Int
     /// The start of a frame whose end has not arrived yet (fewer than `headerSize` bytes, or a whole header and part
@@ -35,7 +35,6 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
     ///   - maximumFrameSize: the largest frame this side announces (SETTINGS_MAX_FRAME_SIZE).
     public init(expectsPreface: Bool, maximumFrameSize: Int = FabricProtocol.maximumFrameSize) {
         self.prefaceLeft = expectsPreface ? Self.prefaceSize : 0
-        self.maximumFrameSize = maximumFrameSize
         self.batchLimit = Self.headerSize + maximumFrameSize
     }
 
