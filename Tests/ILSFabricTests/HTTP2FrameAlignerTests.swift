@@ -13,6 +13,7 @@ import Glibc
 @Suite("HTTP/2 frame alignment in front of the decoder")
 struct HTTP2FrameAlignerTests {
     static let maximumFrame = 128 * 1024
+    static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
 
     @Test("every read the decoder gets is whole frames, at most one batch, and no byte is lost or reordered")
     func wholeFramesOnly() throws {
@@ -71,7 +72,7 @@ struct HTTP2FrameAlignerTests {
     @Test("the HTTP/2 decoder's buffer stays within one batch under reads that never end on a frame boundary")
     func decoderBufferStaysBounded() throws {
         var rng = SplitMix(seed: 11)
-        var stream = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+        var stream = Self.preface
         stream += Self.frame(type: 4, length: 0)  // SETTINGS
         stream += Self.frame(type: 4, length: 0, flags: 1)  // ACK of the server's: its 128 KiB frame size applies
         while stream.count < 4 << 20 {
@@ -113,7 +114,7 @@ struct HTTP2FrameAlignerTests {
     /// Frames of random sizes (many small, some up to the maximum), optionally after a client preface; returns the
     /// bytes and the offset where each frame (and the preface) ends.
     static func frames(count: Int, maximum: Int, rng: inout SplitMix, preface: Bool) -> ([UInt8], Set<Int>) {
-        var bytes = preface ? Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8) : []
+        var bytes = preface ? Self.preface : []
         var ends: Set<Int> = [bytes.count]
         for _ in 0..<count {
             let length =
