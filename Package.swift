@@ -325,8 +325,11 @@ let package = Package(
                 "ILSCrypto",
                 "ILSController",
                 "ILSClient",
+                "ILSFabric",
                 "ILSTesting",
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

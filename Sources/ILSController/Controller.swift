@@ -123,18 +123,27 @@ public struct Controller: Sendable {
             throw ILSError(.permissionDenied, "\(purpose) needs a \(role.rawValue) identity's client certificate")
         }
         let presented = try IdentityCertificate(der: certificateDER)
-        guard let identity = try state.store.identity(id: presented.id),
-            identity.certificateFingerprint == presented.fingerprint
-        else { throw ILSError(.permissionDenied, "this identity certificate is no longer valid") }
-        guard identity.state == .active else {
-            throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
-        }
+        let identity = try activeIdentity(id: presented.id, fingerprint: presented.fingerprint)
         try? state.store.touch(id: identity.id, at: Int64(Date().timeIntervalSince1970))
         guard identity.role == role else {
             throw ILSError(
                 .permissionDenied,
                 "identity '\(identity.name)' has role \(identity.role.rawValue), not \(role.rawValue)"
             )
+        }
+        return identity
+    }
+
+    /// The identity as the store has it now, if it is active and `fingerprint` is still its current certificate;
+    /// otherwise a `permissionDenied` refusal that says why (revoked, disabled, or a certificate that was replaced or
+    /// whose identity was deleted). Connections are checked with it when they are made, circuits when they are
+    /// opened, so a device hears the same reason either way.
+    public func activeIdentity(id: String, fingerprint: String?) throws(ILSError) -> IdentityRecord {
+        guard let identity = try state.store.identity(id: id), let fingerprint,
+            identity.certificateFingerprint == fingerprint
+        else { throw ILSError(.permissionDenied, "this identity certificate is no longer valid") }
+        guard identity.state == .active else {
+            throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
         }
         return identity
     }

@@ -192,15 +192,18 @@ final class HostControlHandler: ChannelInboundHandler {
         var body = (try? JSONEncoder().encode(message)) ?? Data()
         body.append(UInt8(ascii: "\n"))
         let refused = message.error != nil
+        // Registered before the message is written, in the same turn of this connection's loop: the gateway reports
+        // itself hosting once it has the message, and a device dialling at that moment must find it registered (the
+        // other order let a dial fall between the two and get 503 service_unavailable). Circuits still reach the
+        // gateway after the message: a circuit's stream is created on this loop, after this turn, so its head follows
+        // the message on the wire, and the gateway knows the policy and which loop it is on before its first circuit
+        // (it drops a link that landed on a loop it covers before any circuit).
+        if accepted { register(service) }
         let parent = context.channel.parent
         context.writeAndFlush(
             wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: refused)))
         ).whenComplete { _ in
             if refused { parent?.close(promise: nil) }
         }
-        // Only now may circuits be opened on this connection: their heads then reach the gateway after the message
-        // (writes from other threads run on this loop after this one), so the gateway knows the policy and which loop
-        // it is on before its first circuit — it drops a link that landed on a loop it covers before any circuit.
-        if accepted { register(service) }
     }
 }

@@ -106,15 +106,17 @@ final class Relay: Sendable {
     {
         let eventLoop = stream.eventLoop
         // The connection was authenticated when it was made; the identity may have been revoked, disabled, deleted
-        // or re-certified since. Every circuit is checked against the store as it is now.
-        guard let current = try? controller.state.store.identity(id: device.id), current.state == .active,
-            current.certificateFingerprint == device.certificateFingerprint
-        else {
+        // or re-certified since. Every circuit is checked against the store as it is now, and refused with the
+        // reason a new connection would get.
+        do {
+            _ = try controller.activeIdentity(id: device.id, fingerprint: device.certificateFingerprint)
+        } catch {
+            let blocked = error.code == .permissionDenied
             return eventLoop.makeSucceededFuture(
                 .refuse(
-                    status: 403,
-                    code: "identity_blocked",
-                    reason: "identity '\(device.name)' is no longer allowed in; ask an admin"
+                    status: blocked ? 403 : 500,
+                    code: blocked ? "identity_blocked" : "internal_error",
+                    reason: error.reason
                 )
             )
         }
@@ -228,6 +230,9 @@ final class Relay: Sendable {
             }
         }.flatMapError { error in
             timeout.cancel()
+            // A gateway that answers after the timeout must not keep a stream nobody relays (nor its end of the
+            // circuit): close it. A refused or failed stream is closed already; closing again does nothing.
+            gatewayStream.whenSuccess { $0.close(promise: nil) }
             logger.notice(
                 "gateway did not take a circuit; trying the next",
                 metadata: ["gateway": "\(host.identity.name)", "error": "\(error)"]

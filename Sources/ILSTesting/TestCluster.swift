@@ -23,18 +23,39 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var tunnelPort = 0
     private var tasks: [Task<Void, any Error>] = []
     private var configureProxy: @Sendable (inout ProxyConfiguration) -> Void = { _ in }
-    /// Silent, unless `ILS_TEST_LOG` names a level (`debug`, `info`, ...): then every role logs to standard error.
-    static let logger: Logger = {
-        guard let raw = ProcessInfo.processInfo.environment["ILS_TEST_LOG"], let level = Logger.Level(rawValue: raw)
-        else { return Logger(label: "cluster", factory: { _ in SwiftLogNoOpLogHandler() }) }
-        var logger = Logger(label: "cluster", factory: { StreamLogHandler.standardError(label: $0) })
-        logger.logLevel = level
+    /// This cluster's name in its log lines (`cluster=<id>`).
+    public let id: String
+    /// Every role of this cluster logs here: to standard error at the level `ILS_TEST_LOG` names (`debug`, `info`,
+    /// ...), otherwise into `CapturedLog` at notice and above, which `withCluster` prints when a test fails.
+    let logger: Logger
+
+    static func makeLogger(id: String) -> Logger {
+        var logger: Logger
+        if let raw = ProcessInfo.processInfo.environment["ILS_TEST_LOG"], let level = Logger.Level(rawValue: raw) {
+            logger = Logger(label: "cluster", factory: { StreamLogHandler.standardError(label: $0) })
+            logger.logLevel = level
+        } else {
+            logger = Logger(label: "cluster", factory: { CapturedLog.Handler(label: $0) })
+        }
+        logger[metadataKey: "cluster"] = "\(id)"
         return logger
-    }()
+    }
+
+    /// What this cluster's roles logged at notice and above (nothing when `ILS_TEST_LOG` sends it to stderr).
+    public var capturedLog: [String] { CapturedLog.lines(containing: "cluster=\(id) ") }
 
     public var backend: TestBackend { backends[0] }
 
-    private init(directory: String, port: Int, state: ControllerState, controller: ControllerServer) {
+    private init(
+        id: String,
+        logger: Logger,
+        directory: String,
+        port: Int,
+        state: ControllerState,
+        controller: ControllerServer
+    ) {
+        self.id = id
+        self.logger = logger
         self.directory = directory
         self.controllerPort = port
         self.state = state
@@ -47,25 +68,53 @@ public final class TestCluster: @unchecked Sendable {
         gateways: Int = 1,
         configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     ) async throws -> TestCluster {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
-        let port = try freePort()
-        let state = try ControllerState.initialize(
-            directory: "\(directory)/controller",
-            address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
-            adminOut: "\(directory)/identities/admin.json"
-        )
-        let server = try ControllerServer(
-            state: state,
-            listen: HostPort(host: "127.0.0.1", port: port),
-            logger: logger,
-            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
-        )
-        _ = try await server.start()
-        let cluster = TestCluster(directory: directory, port: port, state: state, controller: server)
+        let cluster = try await startController()
         cluster.configureProxy = configureProxy
         for index in 0..<gateways { try await cluster.addGateway(name: "gw\(index + 1)") }
         try await cluster.startTunnel(identity: try await cluster.enroll("ipad", role: .device))
         return cluster
+    }
+
+    /// A controller on a free port. The port is picked before the state is made (its address goes into the state),
+    /// so another socket can take it in between; then this starts over on another port, a few times.
+    private static func startController(attempts: Int = 5) async throws -> TestCluster {
+        for attempt in 1...attempts {
+            let id = String(UUID().uuidString.prefix(8)).lowercased()
+            let logger = makeLogger(id: id)
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
+            let port = try freePort()
+            let state = try ControllerState.initialize(
+                directory: "\(directory)/controller",
+                address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
+                adminOut: "\(directory)/identities/admin.json"
+            )
+            let server = try ControllerServer(
+                state: state,
+                listen: HostPort(host: "127.0.0.1", port: port),
+                logger: logger,
+                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
+            )
+            let bound: Bool
+            do {
+                _ = try await server.start()
+                bound = true
+            } catch {
+                guard attempt < attempts, error.reason.contains("Address already in use") else { throw error }
+                bound = false
+            }
+            if bound {
+                return TestCluster(
+                    id: id,
+                    logger: logger,
+                    directory: directory,
+                    port: port,
+                    state: state,
+                    controller: server
+                )
+            }
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        preconditionFailure("the last attempt returns or throws")
     }
 
     /// The admin API, as the admin identity `init` wrote.
@@ -98,7 +147,7 @@ public final class TestCluster: @unchecked Sendable {
             identity: identity,
             service: "claude-api",
             proxy: proxy,
-            logger: Self.logger,
+            logger: logger,
             handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout)
         )
         tasks.append(Task { try await gateway.run() })
@@ -117,7 +166,7 @@ public final class TestCluster: @unchecked Sendable {
             service: "claude-api",
             listen: HostPort(host: "127.0.0.1", port: 0),
             allowRemote: false,
-            logger: Self.logger
+            logger: logger
         )
         let port = try await tunnel.start().port!
         if self.tunnel == nil {
@@ -134,7 +183,7 @@ public final class TestCluster: @unchecked Sendable {
         let server = try ControllerServer(
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
-            logger: Self.logger,
+            logger: logger,
             circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
         )
         _ = try await server.start()

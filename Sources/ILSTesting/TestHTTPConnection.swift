@@ -42,10 +42,13 @@ public final class TestHTTPConnection: @unchecked Sendable {
     private var chunkRemaining = 0
 
     /// Connects to `port` on 127.0.0.1, over TLS when `trustRootPEM` (the CA to trust) is given. `configure` adds
-    /// handlers between the socket and the test's raw bytes (e.g. an end-to-end encryption layer).
+    /// handlers between the socket and the test's raw bytes (e.g. an end-to-end encryption layer). `firstBytes` are
+    /// written by the event loop the moment the connection is up: a test of a server deadline that starts at accept
+    /// (an idle timeout) must not lose the race to a loaded machine scheduling the test's task after the deadline.
     public init(
         port: Int,
         trustRootPEM: String? = nil,
+        firstBytes: String? = nil,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         configure: (@Sendable (ChannelPipeline.SynchronousOperations) throws -> Void)? = nil
     ) async throws {
@@ -64,6 +67,11 @@ public final class TestHTTPConnection: @unchecked Sendable {
                         )
                     }
                     try configure?(channel.pipeline.syncOperations)
+                    if let firstBytes {
+                        try channel.pipeline.syncOperations.addHandler(
+                            WriteOnActive(bytes: ByteBuffer(string: firstBytes))
+                        )
+                    }
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
                         wrappingChannelSynchronously: channel,
                         configuration: .init(backPressureStrategy: .init(lowWatermark: 2, highWatermark: 4))
@@ -290,5 +298,18 @@ extension ByteBufferView {
             index += 1
         }
         return nil
+    }
+}
+
+/// Writes its bytes when the channel becomes active, then stays out of the way.
+private final class WriteOnActive: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    private let bytes: ByteBuffer
+
+    init(bytes: ByteBuffer) { self.bytes = bytes }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        context.writeAndFlush(NIOAny(bytes), promise: nil)
     }
 }

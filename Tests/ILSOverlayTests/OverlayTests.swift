@@ -7,16 +7,24 @@ import NIOCore
 import NIOPosix
 import Testing
 
-/// Runs `body` with a fresh in-process cluster and always stops it.
+/// Runs `body` with a fresh in-process cluster and always stops it. When `body` throws, what the cluster's roles
+/// logged at notice and above is printed (a failure under CI load is rare and cannot be rerun with logging on).
 func withCluster(gateways: Int = 1, _ body: (TestCluster) async throws -> Void) async throws {
     let cluster = try await TestCluster.start(gateways: gateways)
     do {
         try await body(cluster)
     } catch {
         await cluster.stop()
+        printLog(of: cluster)
         throw error
     }
     await cluster.stop()
+}
+
+private func printLog(of cluster: TestCluster) {
+    let lines = cluster.capturedLog
+    print("cluster \(cluster.id) logged \(lines.count) lines at notice and above:")
+    for line in lines { print("  \(line)") }
 }
 
 @Suite("The overlay: tunnel → controller relay → dark gateway → backend")
@@ -217,6 +225,14 @@ struct OverlayTests {
     @Test("two gateways share the dials; when one goes away, the other takes them all")
     func twoGateways() async throws {
         try await withCluster(gateways: 2) { cluster in
+            // The relay prefers the gateway links on the device connection's loop: until each gateway has a link on
+            // every loop (its later links come up after the first), one of them may have none on the device's.
+            let loops = RelayLoops(MultiThreadedEventLoopGroup.singleton).count
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(.seconds(20))) {
+                    cluster.gateways.allSatisfy { $0.relayLoopsCovered == loops }
+                }
+            )
             for _ in 0..<6 {
                 let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
                 try await connection.sendRequest("GET", "/health")

@@ -49,8 +49,8 @@ struct ProxyFixture {
         pki?.remove()
     }
 
-    func connect() async throws -> TestHTTPConnection {
-        try await TestHTTPConnection(port: gatewayPort, trustRootPEM: pki?.caCertificatePEM)
+    func connect(firstBytes: String? = nil) async throws -> TestHTTPConnection {
+        try await TestHTTPConnection(port: gatewayPort, trustRootPEM: pki?.caCertificatePEM, firstBytes: firstBytes)
     }
 }
 

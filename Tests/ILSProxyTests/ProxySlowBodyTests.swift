@@ -7,8 +7,11 @@ struct ProxySlowBodyTests {
     @Test("an upload that stops mid-body gets 408 request_timeout after the idle timeout, and the connection closes")
     func stalledBodyIsCut() async throws {
         try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(1) }) { fixture in
-            let connection = try await fixture.connect()
-            try await connection.send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+            // Sent by the event loop on connect: from the test's task, a loaded machine could let the idle timeout
+            // close the connection before the request starts (then the write fails instead of the body stalling).
+            let connection = try await fixture.connect(
+                firstBytes: "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789"
+            )
             let clock = ContinuousClock()
             let started = clock.now
             let head = try await connection.readHead()

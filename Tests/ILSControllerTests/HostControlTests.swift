@@ -1,0 +1,154 @@
+import Foundation
+import ILSCore
+import ILSFabric
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import NIOHTTP2
+import Testing
+
+@testable import ILSController
+
+@Suite("A gateway's control stream at the controller")
+struct HostControlTests {
+    /// The gateway counts itself hosting once it has the controller's answer; a device dialling at that moment must
+    /// find the gateway registered with the relay. With the answer written first, a dial could fall between the two
+    /// and get 503 service_unavailable (seen as a rare test failure on a loaded machine).
+    @Test("the relay has the gateway before the answer that tells it it is hosting is written")
+    func registersBeforeAnswering() throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let gateway = IdentityRecord(
+            id: UUID().uuidString,
+            name: "gw",
+            role: .gateway,
+            attributes: [],
+            state: .active,
+            createdAt: 0
+        )
+        let channel = EmbeddedChannel()
+        // What had been written when `register` ran: the control stream's head, and no answer yet.
+        let writtenAtRegistration = NIOLockedValueBox<[HTTP2Frame.FramePayload]?>(nil)
+        let handler = HostControlHandler(gateway: gateway, controller: Controller(state: state), link: (0, 1)) { _ in
+            var written: [HTTP2Frame.FramePayload] = []
+            while let payload = try? channel.readOutbound(as: HTTP2Frame.FramePayload.self) {
+                written.append(payload)
+            }
+            writtenAtRegistration.withLockedValue { $0 = written }
+        }
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.writeInbound(
+            HTTP2Frame.FramePayload.headers(
+                .init(headers: [":status": "200", FabricProtocol.serviceHeader: "claude-api"])
+            )
+        )
+        let before = try #require(writtenAtRegistration.withLockedValue { $0 }, "the gateway was never registered")
+        #expect(before.count == 1)
+        #expect(before.allSatisfy { if case .headers = $0 { true } else { false } })
+        // The answer follows, with the dial policy and no error.
+        guard case .data(let answer) = try channel.readOutbound(as: HTTP2Frame.FramePayload.self),
+            case .byteBuffer(let body) = answer.data
+        else {
+            Issue.record("no answer after the registration")
+            return
+        }
+        #expect(!answer.endStream)
+        let text = String(buffer: body)
+        #expect(text.contains("\"dialRoles\""))
+        #expect(!text.contains("\"error\""))
+        _ = try channel.finish()
+    }
+}
+
+/// A controller state in a fresh temporary directory (the caller removes the directory), for tests that drive the
+/// controller's parts without a server.
+func temporaryControllerState() throws -> (ControllerState, directory: String) {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-state-\(UUID().uuidString)")
+        .path
+    let state = try ControllerState.initialize(
+        directory: "\(directory)/state",
+        address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
+        adminOut: "\(directory)/admin.json"
+    )
+    return (state, directory)
+}
+
+@Suite("The relay's check of a device on every circuit")
+struct RelayIdentityCheckTests {
+    enum Change: String, CaseIterable, Sendable {
+        case revoked, disabled, deleted, reissued
+    }
+
+    /// A device's connection outlives a change to its identity for a moment (the controller then closes it); a
+    /// circuit opened in that moment is refused with the words a new connection would get, not a vaguer one.
+    @Test(
+        "a circuit from an identity changed since its connection was made is refused, saying why",
+        arguments: Change.allCases
+    )
+    func refusedWithTheReason(change: Change) async throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var device = IdentityRecord(
+            id: UUID().uuidString,
+            name: "phone",
+            role: .device,
+            attributes: [],
+            state: .pending,
+            createdAt: 0
+        )
+        try state.store.createIdentity(
+            device,
+            token: TokenRecord(jti: "jti-1", identityID: device.id, createdAt: 0, expiresAt: .max),
+            actor: "test"
+        )
+        device = try state.store.consumeToken(
+            jti: "jti-1",
+            identityID: device.id,
+            now: 1,
+            certificate: EnrolledCertificate(fingerprint: "current", notAfter: .max, publicKey: "key")
+        )
+        let relay = Relay(
+            controller: Controller(state: state),
+            gatewayTimeout: .seconds(1),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        let stream = EmbeddedChannel()
+        // Before the change, the check passes: no gateway hosts the service, which is the next refusal.
+        guard
+            case .refuse(503, "service_unavailable", _) = try await relay.dial(
+                service: "claude-api",
+                device: device,
+                stream: stream
+            ).get()
+        else {
+            Issue.record("an active device was not let through the identity check")
+            return
+        }
+        let expected: String
+        switch change {
+        case .revoked, .disabled:
+            _ = try state.store.changeState(
+                named: "phone",
+                to: change == .revoked ? .revoked : .disabled,
+                actor: "test"
+            )
+            expected = "identity 'phone' is \(change.rawValue)"
+        case .deleted:
+            _ = try state.store.deleteIdentity(named: "phone", actor: "test")
+            expected = "this identity certificate is no longer valid"
+        case .reissued:
+            device.certificateFingerprint = "replaced"
+            expected = "this identity certificate is no longer valid"
+        }
+        let decision = try await relay.dial(service: "claude-api", device: device, stream: stream).get()
+        guard case .refuse(let status, let code, let reason) = decision else {
+            Issue.record("a \(change) identity was let through")
+            return
+        }
+        #expect(status == 403)
+        #expect(code == "identity_blocked")
+        #expect(reason == expected)
+        _ = try stream.finish()
+    }
+}
