@@ -284,7 +284,17 @@ let package = Package(
         ),
         .testTarget(
             name: "ILSGatewayTests",
-            dependencies: ["ILSCore", "ILSCrypto", "ILSFabric", "ILSGateway", "ILSTesting"],
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSGateway",
+                "ILSProxy",
+                "ILSTesting",
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -292,6 +302,8 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSFabric",
+                "ILSProxy",
                 "ILSTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

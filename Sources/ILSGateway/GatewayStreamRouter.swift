@@ -78,6 +78,45 @@ public final class GatewayPolicy: Sendable {
     }
 }
 
+/// Whether the controller's binding answer has been applied on one connection, and the circuits that wait for it.
+///
+/// The controller writes the answer before any circuit's head on the connection, but swift-nio-http2 hands a new
+/// stream its first frame as the stream is created, while a frame for an existing stream (the control stream) waits
+/// for the end of the read: from one read holding both, the circuit would be seen first. A circuit that arrived
+/// first waits here until the answer is applied, so a link the answer tells the gateway to drop (a second link on
+/// one controller loop) is dropped before it accepts any circuit; the relay then opens those circuits elsewhere.
+final class LinkBinding: Sendable {
+    private struct State {
+        var isBound = false
+        var waiting: [() -> Void] = []
+    }
+
+    private let state: NIOLoopBoundBox<State>
+
+    init(eventLoop: any EventLoop) {
+        state = NIOLoopBoundBox(State(), eventLoop: eventLoop)
+    }
+
+    /// Runs `body` once the binding is applied: now if it is.
+    func whenBound(_ body: @escaping () -> Void) {
+        if state.value.isBound {
+            body()
+        } else {
+            state.value.waiting.append(body)
+        }
+    }
+
+    /// The binding is applied; the waiting circuits go on if `connection` is still open (otherwise they close with it).
+    func bound(connection: (any Channel)?) {
+        guard !state.value.isBound else { return }
+        state.value.isBound = true
+        let waiting = state.value.waiting
+        state.value.waiting = []
+        guard connection?.isActive ?? false else { return }
+        for body in waiting { body() }
+    }
+}
+
 /// The first handler of every stream the controller opens to the gateway. The control stream (`GET
 /// /ils/v1/host`) is answered with the hosted service and then carries the policy; a `CONNECT` becomes a circuit:
 /// end-to-end handshake first, then the proxy core.
@@ -99,11 +138,15 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         }
         /// How long a device may take to complete the end-to-end handshake.
         var handshakeTimeout = E2EResponderHandler.handshakeTimeout
+        /// The connection's binding: circuits wait for it (nil: they do not wait).
+        var binding: LinkBinding?
     }
 
     private let settings: Context
     private var isControl = false
     private var controlBuffer = ByteBuffer()
+    /// A circuit's frames while it waits for the connection's binding, in order.
+    private var held: [NIOAny]?
 
     init(_ settings: Context) {
         self.settings = settings
@@ -113,6 +156,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         let payload = unwrapInboundIn(data)
         if isControl {
             readControl(payload, context: context)
+            return
+        }
+        if held != nil {
+            held?.append(data)
             return
         }
         guard case .headers(let request) = payload else {
@@ -125,6 +172,21 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
             context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
             return
         }
+        guard let binding = settings.binding else {
+            startCircuit(context: context, head: data)
+            return
+        }
+        held = []
+        binding.whenBound { [self] in
+            let frames = held ?? []
+            held = nil
+            guard context.channel.isActive else { return }
+            startCircuit(context: context, head: data, then: frames)
+        }
+    }
+
+    /// Hands the stream to a `CircuitAcceptor` (and the end-to-end handshake after it), with its first frames.
+    private func startCircuit(context: ChannelHandlerContext, head: NIOAny, then frames: [NIOAny] = []) {
         let settings = self.settings
         let acceptor = CircuitAcceptor { service, _, stream in
             guard service == settings.service else {
@@ -170,7 +232,9 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
             context.close(promise: nil)
             return
         }
-        context.fireChannelRead(data)
+        context.fireChannelRead(head)
+        for frame in frames { context.fireChannelRead(frame) }
+        if !frames.isEmpty { context.fireChannelReadComplete() }
         context.pipeline.syncOperations.removeHandler(self, promise: nil)
     }
 
@@ -199,6 +263,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         if let roles = message.dialRoles {
             settings.policy.update(roles)
             if let connection { settings.onBound(connection, message.relayLoop, message.relayLoops) }
+            // After `onBound`, which closes a link it does not keep: its waiting circuits then close unanswered.
+            settings.binding?.bound(connection: connection)
         } else if let error = message.error {
             settings.onRefusal(error)
         }

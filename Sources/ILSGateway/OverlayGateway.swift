@@ -307,7 +307,11 @@ public final class OverlayGateway: Service, Sendable {
         let router = settings
         let logger = self.logger
         return connector.connect(on: eventLoop) { channel in
-            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { GatewayStreamRouter(router) }
+            var router = router
+            router.binding = LinkBinding(eventLoop: channel.eventLoop)
+            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { [router] in
+                GatewayStreamRouter(router)
+            }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
                     logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import ILSCore
 import ILSFabric
+import ILSProxy
 import ILSTesting
 import NIOCore
 import NIOPosix
@@ -9,8 +10,12 @@ import Testing
 
 /// Runs `body` with a fresh in-process cluster and always stops it. When `body` throws, what the cluster's roles
 /// logged at notice and above is printed (a failure under CI load is rare and cannot be rerun with logging on).
-func withCluster(gateways: Int = 1, _ body: (TestCluster) async throws -> Void) async throws {
-    let cluster = try await TestCluster.start(gateways: gateways)
+func withCluster(
+    gateways: Int = 1,
+    configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in },
+    _ body: (TestCluster) async throws -> Void
+) async throws {
+    let cluster = try await TestCluster.start(gateways: gateways, configureProxy: configureProxy)
     do {
         try await body(cluster)
     } catch {
@@ -115,8 +120,7 @@ struct OverlayTests {
     /// that loop's, not a share of it per core.
     @Test("an overlay gateway holds as many concurrent backend requests as --backend-max-connections allows")
     func backendLimitIsTheGateways() async throws {
-        let cluster = try await TestCluster.start(configureProxy: { $0.backendMaxConnections = 4 })
-        do {
+        try await withCluster(configureProxy: { $0.backendMaxConnections = 4 }) { cluster in
             var streams: [TestHTTPConnection] = []
             for _ in 0..<4 {
                 let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
@@ -131,11 +135,7 @@ struct OverlayTests {
             }
             #expect(cluster.backend.record.connectionsAccepted == 4)
             for connection in streams { await connection.close() }
-        } catch {
-            await cluster.stop()
-            throw error
         }
-        await cluster.stop()
     }
 
     @Test("a gateway identity used in a tunnel is refused by policy, at once, and the backend hears nothing")

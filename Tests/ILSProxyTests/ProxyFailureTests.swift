@@ -83,8 +83,11 @@ struct ProxyFailureTests {
             $0.proxy.backendHeaderTimeout = TestTiming.scaled(.seconds(1))
             $0.proxy.clientIdleTimeout = TestTiming.scaled(.seconds(1))
         }) { fixture in
-            let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/sse?n=12&interval_ms=\(TestTiming.scaled(milliseconds: 250))")
+            // Sent on connect: the idle clock starts at accept (see `stalledBodyIsCut`).
+            let connection = try await fixture.connect(
+                firstBytes:
+                    "GET /sse?n=12&interval_ms=\(TestTiming.scaled(milliseconds: 250)) HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
             #expect(try await connection.readHead().status == 200)
             let text = String(buffer: try await connection.readBody())
             #expect(text.contains("\"index\": 11"))
@@ -112,11 +115,10 @@ struct ProxyFailureTests {
 
     @Test("an idle keep-alive client connection is closed after the idle timeout")
     func idleClientIsClosed() async throws {
-        // 2 s: the idle clock starts at accept, and on a loaded machine the test's first request can come over a
-        // second later (then the server, rightly, has closed the connection before it).
+        // The idle clock starts at accept: the request is sent on connect, or on a loaded machine the server could
+        // rightly close the connection before the test's task got to send it.
         try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(2) }) { fixture in
-            let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/health")
+            let connection = try await fixture.connect(firstBytes: "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(try await connection.readHead().status == 200)
             _ = try await connection.readBody()
             // The server, not the client, ends the connection: the read returns end-of-stream by itself.
