@@ -94,15 +94,8 @@ public final class TestCluster: @unchecked Sendable {
                 logger: logger,
                 circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
             )
-            let bound: Bool
             do {
                 _ = try await server.start()
-                bound = true
-            } catch {
-                guard attempt < attempts, error.reason.contains("Address already in use") else { throw error }
-                bound = false
-            }
-            if bound {
                 return TestCluster(
                     id: id,
                     logger: logger,
@@ -111,6 +104,8 @@ public final class TestCluster: @unchecked Sendable {
                     state: state,
                     controller: server
                 )
+            } catch {
+                guard attempt < attempts, error.reason.contains("Address already in use") else { throw error }
             }
             try? FileManager.default.removeItem(atPath: directory)
         }
