@@ -1,6 +1,7 @@
 import Foundation
 import ILSCore
 import ILSFabric
+import ILSTesting
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -89,25 +90,7 @@ struct RelayIdentityCheckTests {
     func refusedWithTheReason(change: Change) async throws {
         let (state, directory) = try temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var device = IdentityRecord(
-            id: UUID().uuidString,
-            name: "phone",
-            role: .device,
-            attributes: [],
-            state: .pending,
-            createdAt: 0
-        )
-        try state.store.createIdentity(
-            device,
-            token: TokenRecord(jti: "jti-1", identityID: device.id, createdAt: 0, expiresAt: .max),
-            actor: "test"
-        )
-        device = try state.store.consumeToken(
-            jti: "jti-1",
-            identityID: device.id,
-            now: 1,
-            certificate: EnrolledCertificate(fingerprint: "current", notAfter: .max, publicKey: "key")
-        )
+        var device = try activeDevice(in: state)
         let relay = Relay(
             controller: Controller(state: state),
             gatewayTimeout: .seconds(1),
@@ -151,4 +134,109 @@ struct RelayIdentityCheckTests {
         #expect(reason == expected)
         _ = try stream.finish()
     }
+}
+
+@Suite("A gateway that does not answer a circuit in time")
+struct RelayGatewayTimeoutTests {
+    /// The relay gives up on a gateway that takes longer than `gatewayTimeout` to answer a circuit, and the device is
+    /// refused. The stream it opened to that gateway must not stay open: a late answer would otherwise leave the
+    /// gateway holding a circuit (and a backend request) nobody relays, until the link closes.
+    @Test("the relay closes the stream to a gateway it gave up on, and refuses the device")
+    func closesTheAbandonedStream() throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let device = try activeDevice(in: state)
+        let loop = EmbeddedEventLoop()
+        // The controller's end of a gateway link (HTTP/2 client: the relay opens the streams) and the gateway's end,
+        // which records each circuit's frames and never answers.
+        let controllerSide = EmbeddedChannel(loop: loop)
+        let gatewaySide = EmbeddedChannel(loop: loop)
+        let received = NIOLockedValueBox<[HTTP2Frame.FramePayload]>([])
+        try gatewaySide.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+            FrameRecorder { payload in received.withLockedValue { $0.append(payload) } }
+        }
+        let multiplexer = try controllerSide.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
+        controllerSide.connect(to: address, promise: nil)
+        gatewaySide.connect(to: address, promise: nil)
+        func exchange() throws {
+            for _ in 0..<4 {
+                for (from, to) in [(controllerSide, gatewaySide), (gatewaySide, controllerSide)] {
+                    var bytes = ByteBuffer()
+                    while var piece = try from.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&piece) }
+                    if bytes.readableBytes > 0 { try to.writeInbound(bytes) }
+                }
+            }
+        }
+        let gateway = IdentityRecord(
+            id: UUID().uuidString,
+            name: "gw",
+            role: .gateway,
+            attributes: [],
+            state: .active,
+            createdAt: 0
+        )
+        let relay = Relay(
+            controller: Controller(state: state),
+            gatewayTimeout: .seconds(1),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        relay.register(
+            .init(
+                key: ObjectIdentifier(controllerSide),
+                identity: gateway,
+                channel: controllerSide,
+                multiplexer: multiplexer
+            ),
+            service: "claude-api"
+        )
+        let deviceStream = EmbeddedChannel(loop: loop)
+        var decision: CircuitDecision?
+        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision = $0 }
+        loop.run()
+        try exchange()
+        #expect(
+            received.withLockedValue { $0.count } == 1,
+            "the gateway got the circuit's CONNECT: \(received.withLockedValue { $0 })"
+        )
+        #expect(decision == nil, "decided before the gateway answered or the timeout ran out")
+
+        loop.advanceTime(by: .seconds(2))
+        try exchange()
+        guard case .refuse(502, "gateway_failed", _) = decision else {
+            Issue.record("the device was not refused after the timeout: \(String(describing: decision))")
+            return
+        }
+        let frames = received.withLockedValue { $0 }
+        #expect(
+            frames.contains { if case .rstStream = $0 { true } else { false } },
+            "the gateway's stream was left open: it received only \(frames)"
+        )
+        _ = try? deviceStream.finish()
+        _ = try? controllerSide.finish()
+        _ = try? gatewaySide.finish()
+    }
+}
+
+/// An enrolled, active device identity in `state`'s store.
+func activeDevice(in state: ControllerState, name: String = "phone") throws -> IdentityRecord {
+    let device = IdentityRecord(
+        id: UUID().uuidString,
+        name: name,
+        role: .device,
+        attributes: [],
+        state: .pending,
+        createdAt: 0
+    )
+    try state.store.createIdentity(
+        device,
+        token: TokenRecord(jti: "jti-\(name)", identityID: device.id, createdAt: 0, expiresAt: .max),
+        actor: "test"
+    )
+    return try state.store.consumeToken(
+        jti: "jti-\(name)",
+        identityID: device.id,
+        now: 1,
+        certificate: EnrolledCertificate(fingerprint: "current", notAfter: .max, publicKey: "key")
+    )
 }

@@ -76,7 +76,7 @@ struct LinkBindingTests {
         let control = try opened(
             multiplexer.createStreamChannel { stream in
                 stream.eventLoop.makeCompletedFuture {
-                    try stream.pipeline.syncOperations.addHandler(Recorder { answers.control.append($0) })
+                    try stream.pipeline.syncOperations.addHandler(FrameRecorder { answers.control.append($0) })
                 }
             }
         )
@@ -102,7 +102,7 @@ struct LinkBindingTests {
         let circuit = try opened(
             multiplexer.createStreamChannel { stream in
                 stream.eventLoop.makeCompletedFuture {
-                    try stream.pipeline.syncOperations.addHandler(Recorder { answers.circuit.append($0) })
+                    try stream.pipeline.syncOperations.addHandler(FrameRecorder { answers.circuit.append($0) })
                 }
             }
         )
@@ -142,12 +142,4 @@ struct LinkBindingTests {
             }
         )
     }
-}
-
-/// Records every frame payload a stream reads.
-final class Recorder: ChannelInboundHandler, @unchecked Sendable {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    let record: (HTTP2Frame.FramePayload) -> Void
-    init(_ record: @escaping (HTTP2Frame.FramePayload) -> Void) { self.record = record }
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) { record(unwrapInboundIn(data)) }
 }
