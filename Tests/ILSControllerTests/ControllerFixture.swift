@@ -18,16 +18,8 @@ struct ControllerFixture {
     var controller: Controller { Controller(state: state) }
 
     static func with<T>(_ body: (ControllerFixture) async throws -> T) async throws -> T {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-ctl-\(UUID().uuidString)")
-            .path
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let port = try freePort()
-        let state = try ControllerState.initialize(
-            directory: "\(directory)/state",
-            address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
-            adminOut: "\(directory)/identities/admin.json"
-        )
-        let fixture = try await start(directory: directory, state: state, port: port)
+        let fixture = try await startFresh()
+        defer { try? FileManager.default.removeItem(atPath: fixture.directory) }
         do {
             let result = try await body(fixture)
             await fixture.server.shutdown()
@@ -36,6 +28,30 @@ struct ControllerFixture {
             await fixture.server.shutdown()
             throw error
         }
+    }
+
+    /// A controller with a fresh state directory on a free port. The port is picked before the state is made (the
+    /// controller's certificate names it), so another process may take it before the bind: then it tries again on
+    /// another port, as `TestCluster` does.
+    private static func startFresh(attempts: Int = 5) async throws -> ControllerFixture {
+        for attempt in 1...attempts {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "ils-ctl-\(UUID().uuidString)"
+            ).path
+            let port = try freePort()
+            do {
+                let state = try ControllerState.initialize(
+                    directory: "\(directory)/state",
+                    address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
+                    adminOut: "\(directory)/identities/admin.json"
+                )
+                return try await start(directory: directory, state: state, port: port)
+            } catch {
+                try? FileManager.default.removeItem(atPath: directory)
+                guard attempt < attempts, "\(error)".contains("Address already in use") else { throw error }
+            }
+        }
+        preconditionFailure("the last attempt returns or throws")
     }
 
     static func start(directory: String, state: ControllerState, port: Int) async throws -> ControllerFixture {
