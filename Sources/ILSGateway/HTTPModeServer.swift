@@ -130,6 +130,6 @@ extension SocketAddress {
     /// `127.0.0.1:8443` or `[::1]:8443`.
     public var displayString: String {
         guard let ip = ipAddress, let port else { return "\(self)" }
-        return ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+        return ip.utf8.contains(UInt8(ascii: ":")) ? "[\(ip)]:\(port)" : "\(ip):\(port)"
     }
 }

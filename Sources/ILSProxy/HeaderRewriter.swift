@@ -255,9 +255,9 @@ enum HeaderRewriter {
 
     /// An RFC 7239 `Forwarded` element. IPv6 addresses are bracketed and every value is quoted.
     static func forwardedElement(for address: String, host: String, proto: String) -> String {
-        let node = address.contains(":") ? "\"[\(address)]\"" : address
+        let node = address.utf8.contains(UInt8(ascii: ":")) ? "\"[\(address)]\"" : address
         var element = "for=\(node)"
-        if !host.isEmpty, host.allSatisfy({ $0 != "\"" && $0 != "\\" }) {
+        if !host.isEmpty, host.utf8.allSatisfy({ $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
             element += ";host=\"\(host)\""
         }
         element += ";proto=\(proto)"
@@ -278,7 +278,7 @@ enum HeaderRewriter {
         let rest = target.dropFirst(prefixLength)
         let pathStart = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
         let authority = String(rest[..<pathStart])
-        guard !authority.isEmpty, !authority.contains("@") else { return nil }
+        guard !authority.isEmpty, !authority.utf8.contains(UInt8(ascii: "@")) else { return nil }
         var path = String(rest[pathStart...])
         if !path.hasPrefix("/") { path = "/" + path }
         return (authority, path)
