@@ -20,14 +20,7 @@ struct HostControlTests {
     func registersBeforeAnswering() throws {
         let (state, directory) = try temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let gateway = IdentityRecord(
-            id: UUID().uuidString,
-            name: "gw",
-            role: .gateway,
-            attributes: [],
-            state: .active,
-            createdAt: 0
-        )
+        let gateway = gatewayRecord()
         let channel = EmbeddedChannel()
         // What had been written when `register` ran: the control stream's head, and no answer yet.
         let writtenAtRegistration = NIOLockedValueBox<[HTTP2Frame.FramePayload]?>(nil)
@@ -168,14 +161,7 @@ struct RelayGatewayTimeoutTests {
                 }
             }
         }
-        let gateway = IdentityRecord(
-            id: UUID().uuidString,
-            name: "gw",
-            role: .gateway,
-            attributes: [],
-            state: .active,
-            createdAt: 0
-        )
+        let gateway = gatewayRecord()
         let relay = Relay(
             controller: Controller(state: state),
             gatewayTimeout: .seconds(1),
@@ -239,4 +225,9 @@ func activeDevice(in state: ControllerState, name: String = "phone") throws -> I
         now: 1,
         certificate: EnrolledCertificate(fingerprint: "current", notAfter: .max, publicKey: "key")
     )
+}
+
+/// An active gateway identity (not stored: the relay and the control handler only carry it).
+func gatewayRecord(name: String = "gw") -> IdentityRecord {
+    IdentityRecord(id: UUID().uuidString, name: name, role: .gateway, attributes: [], state: .active, createdAt: 0)
 }
