@@ -157,7 +157,8 @@ final class LoopBackendPool {
     /// turn for as long as the channel lives, and everything read in one turn is flushed to the client as one
     /// write, which the client's TLS handler then keeps as its ciphertext buffer: one read per turn bounds both, so
     /// a pooled keep-alive connection idles at about 500 KiB instead of 700 after large bodies (docs/soak.md).
-    /// Throughput is equal or better (the client's write follows each read sooner).
+    /// Throughput, in alternating benchmark runs: HTTP mode equal within the runs' noise (one set of three had TLS
+    /// download 12 % lower, plain and uploads higher).
     static let backendMessagesPerRead: UInt = 1
 
     /// The default `BackendPool.Connector`: a TCP connection to the configured backend.

@@ -152,15 +152,6 @@ struct RelayGatewayTimeoutTests {
         let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
         controllerSide.connect(to: address, promise: nil)
         gatewaySide.connect(to: address, promise: nil)
-        func exchange() throws {
-            for _ in 0..<4 {
-                for (from, to) in [(controllerSide, gatewaySide), (gatewaySide, controllerSide)] {
-                    var bytes = ByteBuffer()
-                    while var piece = try from.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&piece) }
-                    if bytes.readableBytes > 0 { try to.writeInbound(bytes) }
-                }
-            }
-        }
         let gateway = gatewayRecord()
         let relay = Relay(
             controller: Controller(state: state),
@@ -177,18 +168,21 @@ struct RelayGatewayTimeoutTests {
             service: "claude-api"
         )
         let deviceStream = EmbeddedChannel(loop: loop)
-        var decision: CircuitDecision?
-        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision = $0 }
+        let decided = NIOLockedValueBox<CircuitDecision?>(nil)
+        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
+            decided.withLockedValue { $0 = decision }
+        }
         loop.run()
-        try exchange()
+        try exchangeBytes(controllerSide, gatewaySide)
         #expect(
             received.withLockedValue { $0.count } == 1,
             "the gateway got the circuit's CONNECT: \(received.withLockedValue { $0 })"
         )
-        #expect(decision == nil, "decided before the gateway answered or the timeout ran out")
+        #expect(decided.withLockedValue { $0 } == nil, "decided before the gateway answered or the timeout ran out")
 
         loop.advanceTime(by: .seconds(2))
-        try exchange()
+        try exchangeBytes(controllerSide, gatewaySide)
+        let decision = decided.withLockedValue { $0 }
         guard case .refuse(502, "gateway_failed", _) = decision else {
             Issue.record("the device was not refused after the timeout: \(String(describing: decision))")
             return

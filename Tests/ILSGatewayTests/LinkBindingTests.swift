@@ -60,17 +60,6 @@ struct LinkBindingTests {
             guard let result else { throw ChannelError.inappropriateOperationForState }
             return try result.get()
         }
-        func shuttle(from: EmbeddedChannel, to: EmbeddedChannel) throws {
-            var bytes = ByteBuffer()
-            while var piece = try from.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&piece) }
-            if bytes.readableBytes > 0, to.isActive { try to.writeInbound(bytes) }
-        }
-        func exchange() throws {
-            for _ in 0..<4 {
-                try shuttle(from: controllerSide, to: gatewaySide)
-                try shuttle(from: gatewaySide, to: controllerSide)
-            }
-        }
 
         let answers = Answers()
         let control = try opened(
@@ -89,7 +78,7 @@ struct LinkBindingTests {
             ),
             promise: nil
         )
-        try exchange()
+        try exchangeBytes(controllerSide, gatewaySide)
         #expect(answers.control.count == 1, "the gateway answers the control stream")
 
         // The binding answer, then a circuit, flushed together and carried to the gateway in one read.
@@ -112,7 +101,7 @@ struct LinkBindingTests {
         )
         control.flush()
         circuit.flush()
-        try exchange()
+        try exchangeBytes(controllerSide, gatewaySide)
         let open = gatewaySide.isActive
         _ = try? gatewaySide.finish()
         _ = try? controllerSide.finish()
