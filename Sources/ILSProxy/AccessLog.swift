@@ -15,7 +15,7 @@ struct AccessLog {
             "status": "\(exchange.status.map { String($0.code) } ?? "-")",
             "bytes_in": "\(exchange.bytesIn)",
             "bytes_out": "\(exchange.bytesOut)",
-            "duration_ms": "\(Double(elapsed.nanoseconds / 1000) / 1000)",
+            "duration_ms": .string(Self.milliseconds(elapsed.nanoseconds)),
             "client": "\(client.forwardedFor)",
         ]
         if let identity = client.identity {
@@ -25,5 +25,13 @@ struct AccessLog {
         if let code = exchange.errorCode { metadata["error"] = "\(code)" }
         if let outcome { metadata["outcome"] = "\(outcome)" }
         logger.info("access", metadata: metadata)
+    }
+
+    /// Milliseconds with three decimals (`"12.345"`), by integer arithmetic: formatting a `Double` was the costliest
+    /// field of the line.
+    static func milliseconds(_ nanoseconds: Int64) -> String {
+        let micros = max(0, nanoseconds / 1000)
+        let fraction = String(micros % 1000)
+        return "\(micros / 1000)." + String(repeating: "0", count: 3 - fraction.utf8.count) + fraction
     }
 }

@@ -1,3 +1,4 @@
+import ILSObservability
 import Logging
 
 #if canImport(Glibc)
@@ -9,9 +10,9 @@ import Glibc
 /// Callers never put secrets in messages or metadata (no bodies, no query strings, no tokens, no keys); this handler
 /// adds nothing but time, level and label.
 ///
-/// It runs once per proxied request (the access log), so it builds each line in one byte buffer with one `write(2)`,
-/// and formats the UTC timestamp by hand: Foundation's date formatting and JSON serialisation cost more than the
-/// proxying itself.
+/// It runs once per proxied request (the access log), so it builds each line in one byte buffer and formats the UTC
+/// timestamp by hand (Foundation's date formatting and JSON serialisation cost more than the proxying itself), and
+/// hands the line to `LogWriter`, which writes an event loop's lines below warning once per loop turn.
 struct ConsoleLogHandler: LogHandler {
     let label: String
     let format: LogOptions.Format
@@ -67,14 +68,7 @@ struct ConsoleLogHandler: LogHandler {
             line.append(UInt8(ascii: "}"))
         }
         line.append(UInt8(ascii: "\n"))
-        line.withUnsafeBytes { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                if written <= 0 { break }
-                offset += written
-            }
-        }
+        LogWriter.standardError.write(line, deferrable: event.level < .warning)
     }
 
     /// `YYYY-MM-DDTHH:MM:SS.mmm` in UTC.

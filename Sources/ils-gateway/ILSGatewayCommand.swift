@@ -1,5 +1,6 @@
 import ArgumentParser
 import ILSCore
+import ILSObservability
 
 #if canImport(Glibc)
 import Glibc
@@ -49,6 +50,8 @@ struct ILSGatewayCommand: AsyncParsableCommand {
     /// Runs the command; an `ILSError` becomes one sentence on stderr and its exit status.
     static func main() async {
         MemoryTuning.apply()
+        // Access lines wait for the end of their event loop's turn (`LogWriter`); none is lost at exit.
+        atexit { LogWriter.standardError.flushAll() }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -57,6 +60,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
                 try command.run()
             }
         } catch let error as ILSError {
+            LogWriter.standardError.flushAll()
             writeToStandardError("ils-gateway: \(error.reason)\n")
             Glibc.exit(error.code.exitCode)
         } catch {

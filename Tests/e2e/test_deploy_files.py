@@ -72,6 +72,20 @@ def test_unit_is_hardened(unit: str) -> None:
     assert "AF_PACKET" not in text and "AF_NETLINK" not in text
 
 
+def test_release_builds_are_the_shipped_build() -> None:
+    """Every release build the project tells someone to run, and the one the benchmark measures, is the same build:
+    with Swift's run-time exclusivity checks off (docs/architecture.md says why)."""
+    flag = "-Xswiftc -enforce-exclusivity=unchecked"
+    places = [DEPLOY / "Dockerfile", DEPLOY / "bench" / "run.sh", REPO_ROOT / "README.md"]
+    places += [REPO_ROOT / "docs" / name for name in ("getting-started.md", "operations.md")]
+    for path in places:
+        commands = re.findall(r"swift build -c release[^\n]*", path.read_text())
+        commands = [c for c in commands if "--show-bin-path" not in c]
+        assert commands, f"{path.name}: no release build"
+        for command in commands:
+            assert flag in command, f"{path.name}: a release build without {flag}: {command}"
+
+
 def test_systemd_analyze_verify(ils_bin: Path) -> None:
     proc = subprocess.run([str(DEPLOY / "systemd" / "verify.sh")], env={"ILS_BIN": str(ils_bin), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=120)
