@@ -55,6 +55,7 @@ public final class HTTPModeServer: Service, Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     children.add(channel)
                     let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(ReadAheadHandler())
                     if let tlsContext {
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
                     }

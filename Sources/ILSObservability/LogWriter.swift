@@ -42,14 +42,14 @@ public final class LogWriter: Sendable {
         }
         let key = ObjectIdentifier(loop)
         let (first, due): (Bool, [UInt8]?) = pending.withLockedValue { buffers in
-            var buffer = buffers.removeValue(forKey: key) ?? []
-            let first = buffer.isEmpty
-            buffer.append(contentsOf: line)
-            if !deferrable || buffer.count >= Self.bufferLimit {
-                return (first, buffer)
+            guard let index = buffers.index(forKey: key) else {
+                guard deferrable, line.count < Self.bufferLimit else { return (true, line) }
+                buffers[key] = line
+                return (true, nil)
             }
-            buffers[key] = buffer
-            return (first, nil)
+            buffers.values[index].append(contentsOf: line)  // in place: one lookup, no copy
+            guard !deferrable || buffers.values[index].count >= Self.bufferLimit else { return (false, nil) }
+            return (false, buffers.remove(at: index).value)
         }
         if let due {
             writeNow(due)

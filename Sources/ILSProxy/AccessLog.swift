@@ -2,29 +2,61 @@ import ILSCore
 import Logging
 import NIOCore
 
+/// Takes the proxy's access lines instead of its `Logger`: one call per line, the fields sorted by key. The binary
+/// writes them straight to stderr in its log format; building swift-log's metadata dictionary (and the handler
+/// merging and sorting it) cost more than formatting the line.
+public protocol AccessLogSink: Sendable {
+    func record(_ fields: [(key: String, value: String)])
+}
+
 /// One line per request, after it ends: what was asked, how it ended, how much moved each way. Never a body, a query
 /// string or a header value.
 struct AccessLog {
     let logger: Logger
+    /// Where lines go; through `logger` (message `access`, the fields as metadata) when nil.
+    let sink: (any AccessLogSink)?
 
     func record(_ exchange: Exchange, client: ClientContext, outcome: String? = nil) {
-        let elapsed = NIODeadline.now() - exchange.startedAt
-        var metadata: Logger.Metadata = [
-            "method": "\(exchange.method.rawValue)",
-            "path": "\(exchange.logPath)",
-            "status": "\(exchange.status.map { String($0.code) } ?? "-")",
-            "bytes_in": "\(exchange.bytesIn)",
-            "bytes_out": "\(exchange.bytesOut)",
-            "duration_ms": .string(Self.milliseconds(elapsed.nanoseconds)),
-            "client": "\(client.forwardedFor)",
-        ]
-        if let identity = client.identity {
-            metadata["identity"] = "\(identity.name)"
-            metadata["identity_id"] = "\(identity.id)"
+        guard logger.logLevel <= .info else { return }
+        let fields = Self.fields(
+            exchange,
+            client: client,
+            outcome: outcome,
+            elapsed: NIODeadline.now() - exchange.startedAt
+        )
+        if let sink {
+            sink.record(fields)
+        } else {
+            logger.info(
+                "access",
+                metadata: Logger.Metadata(uniqueKeysWithValues: fields.map { ($0.key, .string($0.value)) })
+            )
         }
-        if let code = exchange.errorCode { metadata["error"] = "\(code)" }
-        if let outcome { metadata["outcome"] = "\(outcome)" }
-        logger.info("access", metadata: metadata)
+    }
+
+    /// The line's fields, sorted by key.
+    static func fields(
+        _ exchange: Exchange,
+        client: ClientContext,
+        outcome: String?,
+        elapsed: TimeAmount
+    ) -> [(key: String, value: String)] {
+        var fields: [(key: String, value: String)] = []
+        fields.reserveCapacity(11)
+        fields.append(("bytes_in", String(exchange.bytesIn)))
+        fields.append(("bytes_out", String(exchange.bytesOut)))
+        fields.append(("client", client.forwardedFor))
+        fields.append(("duration_ms", milliseconds(elapsed.nanoseconds)))
+        if let code = exchange.errorCode { fields.append(("error", code)) }
+        if let identity = client.identity {
+            fields.append(("identity", identity.name))
+            fields.append(("identity_id", identity.id))
+        }
+        fields.append(("method", exchange.method.rawValue))
+        if let outcome { fields.append(("outcome", outcome)) }
+        fields.append(("path", exchange.logPath))
+        fields.append(("status", exchange.status.map { String($0.code) } ?? "-"))
+        return fields
     }
 
     /// Milliseconds with three decimals (`"12.345"`), by integer arithmetic: formatting a `Double` was the costliest

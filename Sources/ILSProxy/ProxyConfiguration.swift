@@ -31,6 +31,8 @@ public struct ProxyConfiguration: Sendable {
     public var maxRequestHeaderBytes: Int = 64 * 1024
     /// The most header fields accepted in one request head before answering 431.
     public var maxRequestHeaderCount: Int = 128
+    /// Where access lines go; through the proxy's `Logger` when nil.
+    public var accessLog: (any AccessLogSink)?
 
     public init(backend: BackendURL) {
         self.backend = backend

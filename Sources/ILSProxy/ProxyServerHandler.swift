@@ -61,7 +61,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.pools = pools
         self.client = client
         self.logger = logger
-        self.accessLog = AccessLog(logger: logger)
+        self.accessLog = AccessLog(logger: logger, sink: configuration.accessLog)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {

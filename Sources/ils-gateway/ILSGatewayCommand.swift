@@ -69,7 +69,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
     }
 }
 
+/// Writes `text` to stderr now, whole, after any log lines still held.
 func writeToStandardError(_ text: String) {
-    var bytes = Array(text.utf8)
-    _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+    LogWriter.standardError.write(Array(text.utf8), deferrable: false)
 }

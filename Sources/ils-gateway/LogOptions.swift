@@ -2,6 +2,7 @@ public import ArgumentParser
 import ILSConfig
 import ILSCore
 import ILSObservability
+import ILSProxy
 public import Logging
 import ServiceLifecycle
 
@@ -20,16 +21,37 @@ struct LogOptions: ParsableArguments {
 
     /// Installs the process-wide log handler and returns the command's logger.
     func bootstrap(label: String, layers: ConfigLayers) throws(ILSError) -> Logger {
-        let level = try layers.parsed(.logLevel, flag: logLevel) { Logger.Level(rawValue: $0) } ?? .info
-        let format = try layers.parsed(.logFormat, flag: logFormat) { Format(rawValue: $0) } ?? .text
+        let (level, format) = try resolved(layers)
         LoggingSystem.bootstrap { name in
-            var handler = ConsoleLogHandler(label: name, format: format)
+            var handler = ConsoleLogHandler(label: name, format: format.lineFormat)
             handler.logLevel = level
             return handler
         }
         var logger = Logger(label: label)
         logger.logLevel = level
         return logger
+    }
+
+    /// Where the proxy writes its access lines: straight to stderr in this command's format; nil when the level
+    /// leaves info lines out (the proxy then skips them).
+    func accessLog(label: String, layers: ConfigLayers) throws(ILSError) -> (any AccessLogSink)? {
+        let (level, format) = try resolved(layers)
+        return level <= .info ? ConsoleAccessLog(label: label, format: format.lineFormat) : nil
+    }
+
+    private func resolved(_ layers: ConfigLayers) throws(ILSError) -> (Logger.Level, Format) {
+        let level = try layers.parsed(.logLevel, flag: logLevel) { Logger.Level(rawValue: $0) } ?? .info
+        let format = try layers.parsed(.logFormat, flag: logFormat) { Format(rawValue: $0) } ?? .text
+        return (level, format)
+    }
+}
+
+extension LogOptions.Format {
+    var lineFormat: LogLineFormat {
+        switch self {
+        case .text: .text
+        case .json: .json
+        }
     }
 }
 

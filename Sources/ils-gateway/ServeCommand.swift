@@ -106,8 +106,9 @@ struct ServeCommand: AsyncParsableCommand {
             try await runOverlay(layers: layers)
             return
         }
-        let configuration = try httpConfiguration(layers: layers)
+        var configuration = try httpConfiguration(layers: layers)
         let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
+        configuration.proxy.accessLog = try logOptions.accessLog(label: logger.label, layers: layers)
         let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
         if let metrics {
@@ -119,9 +120,10 @@ struct ServeCommand: AsyncParsableCommand {
 
     private func runOverlay(layers: ConfigLayers) async throws {
         let path = layers.string(.identity, flag: identity) ?? "identities/gateway.json"
-        let proxy = try proxyConfiguration(layers: layers)
+        var proxy = try proxyConfiguration(layers: layers)
         let service = layers.string(.service, flag: service) ?? "claude-api"
         let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
+        proxy.accessLog = try logOptions.accessLog(label: logger.label, layers: layers)
         let file = try await Renewal.renewIfDue(path: path)
         let holder = GatewayHolder()
         let metrics = try metricsOptions.server(
