@@ -87,13 +87,21 @@ public struct FabricConnector: Sendable {
 }
 
 /// Jittered exponential backoff for reconnecting: 100 ms doubling to a cap, each wait drawn uniformly from
-/// [cap/2, cap] of the current step so a fleet of gateways does not reconnect in lockstep.
+/// [step/2, step] of the current step so a fleet of gateways does not reconnect in lockstep.
 public struct Backoff: Sendable {
     public var initial: TimeAmount = .milliseconds(100)
-    public var maximum: TimeAmount = .seconds(3)
+    public var maximum: TimeAmount
     private var attempt = 0
 
-    public init() {}
+    /// The cap for reconnecting to the controller: a gateway must carry traffic again within a second of the
+    /// controller coming back, however long it was away, so it tries at least every 800 ms (every 400–800 ms once
+    /// the steps reach the cap: a refused TCP connection or a refused handshake each time, which the controller
+    /// barely notices).
+    public static let reconnectMaximum: TimeAmount = .milliseconds(800)
+
+    public init(maximum: TimeAmount = reconnectMaximum) {
+        self.maximum = maximum
+    }
 
     public mutating func next() -> TimeAmount {
         let step = min(maximum.nanoseconds, initial.nanoseconds << min(attempt, 20))

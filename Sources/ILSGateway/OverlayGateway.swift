@@ -176,7 +176,9 @@ public final class OverlayGateway: Service, Sendable {
     /// log at info; the others, which come and go with it, at debug.
     private func connectLoop(slot: Int) async {
         var backoff = Backoff()
-        var duplicateBackoff = Backoff()  // not reset by each connection, unlike `backoff`
+        // Links that landed on a relay loop another link has: not reset by each connection, unlike `backoff`, and
+        // slower, since the controller is up and the link is only redundant.
+        var duplicateBackoff = Backoff(maximum: .seconds(3))
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
         while !stopped {
