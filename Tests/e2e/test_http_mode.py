@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from typing import Iterator
@@ -99,6 +100,122 @@ def test_plain_stream_chunk_by_chunk(gateway: Gateway) -> None:
         f"chunk 0 arrived {first_received - last_emitted:.3f} s after the backend emitted the last chunk: "
         "the gateway buffered a non-SSE streamed body"
     )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Pipelining (what ReadAheadHandler holds: bytes that arrive while the HTTP pipeline waits for a response's end)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class RawConnection:
+    """One HTTP/1.1 connection on a plain or TLS socket, reading responses by their framing."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=15)
+        context = gateway.ssl_context()
+        self.sock = context.wrap_socket(sock, server_hostname="127.0.0.1") if context else sock
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, "the gateway closed the connection"
+        self.buffer += chunk
+
+    def _take_until(self, marker: bytes) -> bytes:
+        while marker not in self.buffer:
+            self._fill()
+        taken, self.buffer = self.buffer.split(marker, 1)
+        return taken
+
+    def _take(self, count: int) -> bytes:
+        while len(self.buffer) < count:
+            self._fill()
+        taken, self.buffer = self.buffer[:count], self.buffer[count:]
+        return taken
+
+    def head(self) -> tuple[int, dict[str, str]]:
+        lines = self._take_until(b"\r\n\r\n").decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        return int(lines[0].split()[1]), headers
+
+    def body(self, headers: dict[str, str]) -> bytes:
+        if "content-length" in headers:
+            return self._take(int(headers["content-length"]))
+        assert headers.get("transfer-encoding") == "chunked", headers
+        body = b""
+        while chunk := self.chunk():
+            body += chunk
+        return body
+
+    def chunk(self) -> bytes:
+        """The next chunk of a chunked body (empty: the last)."""
+        size = int(self._take_until(b"\r\n").split(b";")[0], 16)
+        data = self._take(size)
+        assert self._take(2) == b"\r\n"
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+STREAM_REQUEST = b"GET /stream/plain?n=3&interval_ms=150 HTTP/1.1\r\nHost: x\r\n\r\n"
+HEALTH_REQUEST = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+QUERY_BODY = json.dumps({"prompt": "pipelined"}).encode()
+QUERY_REQUEST = (
+    b"POST /claude/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    + f"Content-Length: {len(QUERY_BODY)}\r\n\r\n".encode()
+    + QUERY_BODY
+)
+
+
+def assert_pipelined_answers(conn: RawConnection) -> None:
+    status, headers = conn.head()
+    assert status == 200
+    assert [line.split()[1] for line in conn.body(headers).decode().splitlines()] == ["0", "1", "2"]
+    status, headers = conn.head()
+    assert (status, json.loads(conn.body(headers))) == (200, {"status": "ok"})
+    status, headers = conn.head()
+    assert status == 200
+    assert json.loads(conn.body(headers))["prompt"] == "pipelined"
+
+
+def test_pipelined_requests_in_one_write(gateway: Gateway) -> None:
+    conn = RawConnection(gateway)
+    try:
+        conn.send(STREAM_REQUEST + HEALTH_REQUEST + QUERY_REQUEST)
+        assert_pipelined_answers(conn)
+        conn.send(HEALTH_REQUEST)  # and the connection goes on as a keep-alive connection
+        status, headers = conn.head()
+        assert (status, json.loads(conn.body(headers))) == (200, {"status": "ok"})
+    finally:
+        conn.close()
+
+
+def test_pipelined_requests_sent_while_a_response_streams(gateway: Gateway) -> None:
+    """The later requests arrive while the first response is still streaming, so the gateway has stopped handing
+    reads to its HTTP pipeline: they must wait (held, not lost, not reordered) and be answered in turn."""
+    conn = RawConnection(gateway)
+    try:
+        conn.send(STREAM_REQUEST)
+        status, headers = conn.head()
+        assert status == 200
+        assert headers.get("transfer-encoding") == "chunked", headers
+        first = conn.chunk()  # chunk 0 is here; chunks 1 and 2 are 150 and 300 ms away
+        conn.send(HEALTH_REQUEST)
+        time.sleep(0.05)
+        conn.send(QUERY_REQUEST)
+        body = first + conn.body(headers)
+        assert [line.split()[1] for line in body.decode().splitlines()] == ["0", "1", "2"]
+        status, headers = conn.head()
+        assert (status, json.loads(conn.body(headers))) == (200, {"status": "ok"})
+        status, headers = conn.head()
+        assert status == 200
+        assert json.loads(conn.body(headers))["prompt"] == "pipelined"
+    finally:
+        conn.close()
 
 
 # ------------------------------------------------------------------------------------------------------------------
