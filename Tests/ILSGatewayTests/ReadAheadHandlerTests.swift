@@ -29,6 +29,7 @@ struct ReadAheadHandlerTests {
         var seen: [String] = []
         var context: ChannelHandlerContext?
         func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+        func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             seen.append(String(buffer: unwrapInboundIn(data)))
         }
@@ -42,6 +43,14 @@ struct ReadAheadHandlerTests {
             holding = false
             context?.read()
         }
+    }
+
+    /// A channel with the handler between the two stand-ins; `body` runs with it, and the channel is torn down
+    /// after (a handler keeping its context would otherwise keep the whole pipeline alive).
+    static func with(_ body: (Setup) throws -> Void) throws {
+        let setup = try Setup()
+        defer { _ = try? setup.channel.finish() }
+        try body(setup)
     }
 
     struct Setup {
@@ -67,54 +76,58 @@ struct ReadAheadHandlerTests {
 
     @Test("a read stays pending at the socket after each burst, even while the pipeline above holds its reads")
     func keepsReading() throws {
-        let setup = try Setup()
-        setup.channel.read()
-        #expect(setup.socket.reads == 1)
-        setup.above.holding = true  // the request ended; its response is on its way
-        setup.burst("GET /1")
-        #expect(setup.above.seen == ["GET /1", "<complete>"])
-        #expect(setup.socket.reads == 2, "without read-ahead the socket would have no read pending and deregister")
+        try Self.with { setup in
+            setup.channel.read()
+            #expect(setup.socket.reads == 1)
+            setup.above.holding = true  // the request ended; its response is on its way
+            setup.burst("GET /1")
+            #expect(setup.above.seen == ["GET /1", "<complete>"])
+            #expect(setup.socket.reads == 2, "without read-ahead the socket would have no read pending and deregister")
+        }
     }
 
     @Test("while the pipeline above keeps reading, every burst goes straight up and nothing is held")
     func passesThrough() throws {
-        let setup = try Setup()
-        setup.channel.read()
-        setup.burst("GET /1")
-        setup.burst("GET /2")
-        #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2", "<complete>"])
-        #expect(setup.socket.pending)
+        try Self.with { setup in
+            setup.channel.read()
+            setup.burst("GET /1")
+            setup.burst("GET /2")
+            #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2", "<complete>"])
+            #expect(setup.socket.pending)
+        }
     }
 
     @Test("bytes that arrive while the pipeline holds its reads wait, whole and in order, and nothing more is read")
     func holdsThenDelivers() throws {
-        let setup = try Setup()
-        setup.channel.read()
-        setup.above.holding = true
-        setup.burst("GET /1")
-        let readsBefore = setup.socket.reads
-        setup.burst("GET /2 part one, ")
-        #expect(setup.above.seen == ["GET /1", "<complete>"])
-        #expect(setup.socket.reads == readsBefore, "holding a burst, the handler must stop reading")
+        try Self.with { setup in
+            setup.channel.read()
+            setup.above.holding = true
+            setup.burst("GET /1")
+            let readsBefore = setup.socket.reads
+            setup.burst("GET /2 part one, ")
+            #expect(setup.above.seen == ["GET /1", "<complete>"])
+            #expect(setup.socket.reads == readsBefore, "holding a burst, the handler must stop reading")
 
-        setup.above.resume()
-        #expect(setup.above.seen == ["GET /1", "<complete>"], "never delivered from inside the read call")
-        setup.channel.embeddedEventLoop.run()
-        #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2 part one, ", "<complete>"])
-        #expect(setup.socket.reads > readsBefore, "reading resumes once the held bytes are taken")
+            setup.above.resume()
+            #expect(setup.above.seen == ["GET /1", "<complete>"], "never delivered from inside the read call")
+            setup.channel.embeddedEventLoop.run()
+            #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2 part one, ", "<complete>"])
+            #expect(setup.socket.reads > readsBefore, "reading resumes once the held bytes are taken")
 
-        setup.burst("part two")
-        #expect(setup.above.seen.suffix(2) == ["part two", "<complete>"])
+            setup.burst("part two")
+            #expect(setup.above.seen.suffix(2) == ["part two", "<complete>"])
+        }
     }
 
     @Test("held bytes come before the close")
     func heldBeforeClose() throws {
-        let setup = try Setup()
-        setup.channel.read()
-        setup.above.holding = true
-        setup.burst("GET /1")
-        setup.burst("GET /2")
-        setup.channel.pipeline.fireChannelInactive()
-        #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2", "<complete>", "<inactive>"])
+        try Self.with { setup in
+            setup.channel.read()
+            setup.above.holding = true
+            setup.burst("GET /1")
+            setup.burst("GET /2")
+            setup.channel.pipeline.fireChannelInactive()
+            #expect(setup.above.seen == ["GET /1", "<complete>", "GET /2", "<complete>", "<inactive>"])
+        }
     }
 }
