@@ -13,8 +13,10 @@ public import X509
 /// enrolled Ed25519 identity key. A relay that substitutes a key, replays a hello or changes the service breaks a
 /// signature, and the circuit fails closed. (OpenZiti's end-to-end keys are not signed by the endpoints; ours are.)
 public enum E2EHandshake {
-    public static let version: UInt8 = 1
-    static let label = Array("ils-e2e-v1".utf8)
+    /// The version a device sends: 2 negotiates the record suite. A gateway also answers version 1 (no suite list,
+    /// secretstream records), so devices built before suites existed keep working.
+    public static let version: UInt8 = 2
+    static let versions: ClosedRange<UInt8> = 1...2
 
     /// What both sides need: their own certificate and key, and the CA to judge the peer by.
     public struct Credentials: Sendable {
@@ -92,10 +94,11 @@ public enum E2EHandshake {
         return (try IdentityCertificate(der: der), certificate.notValidBefore...certificate.notValidAfter)
     }
 
-    /// BLAKE2b-256 over the length-prefixed parts (RFC 7693), so no two transcripts share an encoding.
-    static func transcript(_ parts: [[UInt8]]) -> [UInt8] {
+    /// BLAKE2b-256 over the length-prefixed parts (RFC 7693), so no two transcripts share an encoding. The label
+    /// names the version, so a transcript of one version is never one of another.
+    static func transcript(version: UInt8, _ parts: [[UInt8]]) -> [UInt8] {
         var input: [UInt8] = []
-        for part in [label] + parts {
+        for part in [Array("ils-e2e-v\(version)".utf8)] + parts {
             let length = UInt32(part.count)
             input += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
             input += part
@@ -107,7 +110,7 @@ public enum E2EHandshake {
 
     /// Binds a crypto_kx session key to the transcript: BLAKE2b keyed with the session key over the transcript.
     static func bind(_ key: [UInt8], to transcript: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: SecretStream.keyLength)
+        var out = [UInt8](repeating: 0, count: 32)
         crypto_generichash(&out, out.count, transcript, UInt64(transcript.count), key, key.count)
         return out
     }
@@ -119,15 +122,15 @@ public enum E2EHandshake {
 
 /// The two directions of an established circuit.
 public struct E2ESession {
-    public let sender: SecretStreamSender
-    public let receiver: SecretStreamReceiver
+    public let sender: E2ERecordSender
+    public let receiver: E2ERecordReceiver
     /// The verified identity at the other end.
     public let peer: IdentityCertificate
     public let service: String
+    public var suite: E2ESuite { sender.suite }
 
     /// A session from keys agreed elsewhere; the handshake makes the real ones. The fuzz targets use a fixed one.
-    package init(sender: SecretStreamSender, receiver: SecretStreamReceiver, peer: IdentityCertificate, service: String)
-    {
+    package init(sender: E2ERecordSender, receiver: E2ERecordReceiver, peer: IdentityCertificate, service: String) {
         self.sender = sender
         self.receiver = receiver
         self.peer = peer

@@ -27,7 +27,7 @@ package struct E2ERecordLayer {
             let length = min(remaining.readableBytes, RecordLimits.maximumPlaintext)
             let chunk = remaining.readSlice(length: length)!
             let isLast = remaining.readableBytes == 0
-            let sealedLength = length + SecretStream.overhead
+            let sealedLength = length + E2ERecord.overhead
             var record = allocator.buffer(capacity: 4 + sealedLength)
             record.writeInteger(UInt32(sealedLength))
             chunk.withUnsafeReadableBytes { input in
@@ -48,8 +48,8 @@ package struct E2ERecordLayer {
     package func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (
         ByteBuffer, final: Bool
     ) {
-        guard record.readableBytes >= SecretStream.overhead else { throw SecretStream.invalidRecord }
-        let length = record.readableBytes - SecretStream.overhead
+        guard record.readableBytes >= E2ERecord.overhead else { throw SecretStream.invalidRecord }
+        let length = record.readableBytes - E2ERecord.overhead
         var plaintext = allocator.buffer(capacity: max(length, 1))
         var result: Result<Bool, ILSError> = .success(false)
         record.withUnsafeReadableBytes { input in

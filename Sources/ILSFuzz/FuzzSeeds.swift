@@ -83,17 +83,21 @@ public enum FuzzSeeds {
     }
 
     private static func records() -> [(name: String, bytes: [UInt8])] {
-        func sealed(_ plaintexts: [String], final: Bool) -> [UInt8] {
-            let sender = SecretStreamSender(key: E2ERecordTarget.key)
+        func sealed(_ suite: E2ESuite, _ plaintexts: [String], final: Bool) -> [UInt8] {
+            let sender = E2ERecordSender(
+                suite: suite,
+                key: E2ERecordTarget.key,
+                recordsPerKey: E2ERecordTarget.recordsPerKey
+            )
             let layer = E2ERecordLayer(
                 session: E2ESession(
                     sender: sender,
-                    receiver: try! SecretStreamReceiver(key: E2ERecordTarget.key, header: sender.header),
+                    receiver: try! E2ERecordReceiver(suite: suite, key: E2ERecordTarget.key, header: sender.header),
                     peer: FuzzFixtures.shared.deviceCertificate,
                     service: FuzzFixtures.service
                 )
             )
-            var bytes = sender.header
+            var bytes = [suite.rawValue] + sender.header
             for (index, plaintext) in plaintexts.enumerated() {
                 let last = index == plaintexts.count - 1
                 layer.seal(ByteBuffer(string: plaintext), allocator: ByteBufferAllocator(), final: final && last) {
@@ -104,12 +108,22 @@ public enum FuzzSeeds {
             }
             return bytes
         }
-        return [
-            ("request-then-final", sealed(["GET / HTTP/1.1\r\nHost: api\r\n\r\n", ""], final: true)),
-            ("three-records", sealed(["data: one\n\n", "data: two\n\n", "data: three\n\n"], final: false)),
-            ("empty-final", sealed([""], final: true)),
-            ("header-only", sealed([], final: false)),
-        ]
+        let events = (1...6).map { "data: event \($0)\n\n" }
+        return E2ESuite.allCases.flatMap { suite in
+            [
+                (
+                    "\(suite)-request-then-final",
+                    sealed(suite, ["GET / HTTP/1.1\r\nHost: api\r\n\r\n", ""], final: true)
+                ),
+                (
+                    "\(suite)-three-records",
+                    sealed(suite, ["data: one\n\n", "data: two\n\n", "data: three\n\n"], final: false)
+                ),
+                ("\(suite)-across-a-key-change", sealed(suite, events, final: true)),
+                ("\(suite)-empty-final", sealed(suite, [""], final: true)),
+                ("\(suite)-header-only", sealed(suite, [], final: false)),
+            ]
+        }
     }
 
     private static func enrollment(_ fixtures: FuzzFixtures) -> [(name: String, bytes: [UInt8])] {

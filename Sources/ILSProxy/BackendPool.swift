@@ -133,7 +133,7 @@ final class LoopBackendPool {
             waiter.callback(.success(connection))
             return
         }
-        let now = NIODeadline.now()
+        let now = eventLoop.now
         idle.append((connection, now))
         scheduleSweep(at: now + configuration.backendIdleTimeout.timeAmount)
     }
@@ -145,7 +145,7 @@ final class LoopBackendPool {
         sweep = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
             self.sweep = nil
             let timeout = self.configuration.backendIdleTimeout.timeAmount
-            let now = NIODeadline.now()
+            let now = self.eventLoop.now
             let expired = self.idle.prefix { $0.since + timeout <= now }
             self.idle.removeFirst(expired.count)
             for (connection, _) in expired { connection.close() }

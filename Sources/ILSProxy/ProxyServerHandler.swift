@@ -202,9 +202,12 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// The time on the connection's event loop (the timers' clock: real time, or an embedded loop's own).
+    private var now: NIODeadline { context?.eventLoop.now ?? .now() }
+
     /// The connection is idle from now: it is closed if no request starts within `--idle-timeout`.
     private func armIdleTimer() {
-        let now = NIODeadline.now()
+        let now = self.now
         idleSince = now
         scheduleIdleCheck(at: now + configuration.clientIdleTimeout.timeAmount)
     }
@@ -216,7 +219,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             self.idleTimer = nil
             guard case .idle = self.state, let since = self.idleSince else { return }
             let due = since + self.configuration.clientIdleTimeout.timeAmount
-            if due <= .now() {
+            if due <= self.now {
                 channel.close(promise: nil)
             } else {
                 self.scheduleIdleCheck(at: due)
@@ -232,7 +235,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             guard case .forwarding(let exchange, _) = self.state, !exchange.responseHeadSent,
                 let due = exchange.headerDeadline
             else { return }
-            if due <= .now() {
+            if due <= self.now {
                 self.backendHeaderTimeout(exchange)
             } else {
                 self.scheduleHeaderCheck(at: due)
@@ -259,7 +262,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.closeAfterResponse = forwarded.clientWantsClose || forwarded.isUpgrade
             exchange.expectsContinue = head.headers["expect"].contains { $0.lowercased() == "100-continue" }
             state = .waitingForBackend(exchange)
-            bodyProgress = .now()
+            bodyProgress = now
             leaseBackend(for: exchange)
         }
     }
@@ -289,10 +292,10 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func checkBody() {
         guard let exchange = currentExchange, !exchange.requestComplete, !exchange.responseHeadSent else { return }
         let due = bodyProgress + configuration.clientIdleTimeout.timeAmount
-        if case .forwarding(_, let backend) = state, due <= .now() {
+        if case .forwarding(_, let backend) = state, due <= now {
             if pendingRead || !backend.isWritable {
                 // Held by backpressure from the backend, not stalled by the client.
-                bodyProgress = .now()
+                bodyProgress = now
                 armBodyTimerIfNeeded()
                 return
             }
@@ -303,7 +306,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         if case .waitingForBackend = state {
             // Client reads are held while no backend connection is ready: the silence is ours, not the client's.
-            bodyProgress = max(bodyProgress, .now())
+            bodyProgress = max(bodyProgress, now)
         }
         scheduleBodyCheck(at: max(due, bodyProgress + configuration.clientIdleTimeout.timeAmount))
     }
@@ -317,7 +320,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange.bytesIn += buffer.readableBytes
             backend.write(.body(.byteBuffer(buffer)))
             backendNeedsFlush = true
-            bodyProgress = .now()
+            bodyProgress = now
         case .idle, .closing, .upgraded, .closed:
             break
         }
@@ -375,7 +378,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         exchange.buffered = []
         for part in buffered { backend.write(part) }
         backend.flush()
-        let deadline = NIODeadline.now() + configuration.backendHeaderTimeout.timeAmount
+        let deadline = now + configuration.backendHeaderTimeout.timeAmount
         exchange.headerDeadline = deadline
         scheduleHeaderCheck(at: deadline)
         if backend.isWritable { releasePendingRead() }

@@ -58,9 +58,9 @@ struct E2EHandshakeTests {
         let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
         let responder = E2EResponder(credentials: parties.gateway)
         var serverHello = try responder.receiveClientHello(initiator.clientHello()).serverHello
-        // Layout: type, version, u16 cert length, cert, then the 32-byte ephemeral key.
-        let certificateLength = Int(serverHello[2]) << 8 | Int(serverHello[3])
-        let keyOffset = 4 + certificateLength
+        // Layout: type, version, suite, u16 cert length, cert, then the 32-byte ephemeral key.
+        let certificateLength = Int(serverHello[3]) << 8 | Int(serverHello[4])
+        let keyOffset = 5 + certificateLength
         for index in keyOffset..<(keyOffset + 32) { serverHello[index] ^= 0x5A }
         #expect(throws: ILSError.self) { _ = try initiator.receiveServerHello(serverHello) }
     }
@@ -132,15 +132,16 @@ struct E2EHandshakeTests {
         #expect(throws: ILSError.self) { _ = try initiator.receiveServerHello(serverHello) }
     }
 
-    @Test("altered, reordered, duplicated and post-final records are refused")
-    func recordIntegrity() throws {
+    @Test("altered, reordered, duplicated and post-final records are refused", arguments: E2ESuite.allCases)
+    func recordIntegrity(suite: E2ESuite) throws {
         let parties = try E2EParties()
-        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [suite])
         let responder = E2EResponder(credentials: parties.gateway)
         let (finished, device) = try initiator.receiveServerHello(
             try responder.receiveClientHello(initiator.clientHello()).serverHello
         )
         let gateway = try responder.receiveClientFinished(finished)
+        #expect(device.suite == suite && gateway.suite == suite)
         let one = device.sender.seal(Array("one".utf8))
         let two = device.sender.seal(Array("two".utf8))
         var altered = one
@@ -149,7 +150,7 @@ struct E2EHandshakeTests {
 
         // A fresh pair for each case: a failed open leaves the receiver unusable, as it should.
         func pair() throws -> (E2ESession, E2ESession) {
-            let i = E2EInitiator(credentials: parties.device, service: "claude-api")
+            let i = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [suite])
             let r = E2EResponder(credentials: parties.gateway)
             let (f, d) = try i.receiveServerHello(try r.receiveClientHello(i.clientHello()).serverHello)
             return (d, try r.receiveClientFinished(f))

@@ -1,0 +1,259 @@
+import CSodium
+import Crypto
+import Foundation
+public import ILSCore
+
+/// How an end-to-end circuit's records are protected, agreed in the handshake (docs/protocol.md, "Records").
+///
+/// Both suites add the same 17 bytes to a record, bind each record to its position in the direction, and mark the
+/// direction's last record FINAL, so the layers above don't depend on which one a circuit runs.
+public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    /// libsodium's `crypto_secretstream_xchacha20poly1305`: the only suite of handshake version 1, and the one for a
+    /// device without AES instructions.
+    case xchacha20poly1305 = 1
+    /// AES-256-GCM with a counter nonce (swift-crypto: BoringSSL's VAES/AES-NI code, CryptoKit on Apple systems), about
+    /// three times libsodium's secretstream on a CPU with AES instructions.
+    case aes256gcm = 2
+
+    /// What a device offers, most preferred first.
+    public static let offered: [E2ESuite] = [.aes256gcm, .xchacha20poly1305]
+
+    /// The bytes each side's handshake message carries for the direction it sends (secretstream's header; AES-GCM
+    /// needs none: its nonces come from the key).
+    public var headerLength: Int {
+        switch self {
+        case .xchacha20poly1305: SecretStream.headerLength
+        case .aes256gcm: 0
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .xchacha20poly1305: "xchacha20poly1305-secretstream"
+        case .aes256gcm: "aes256gcm"
+        }
+    }
+}
+
+/// What every record adds to its plaintext, whichever the suite.
+public enum E2ERecord {
+    public static let overhead = 17
+    /// How many AES-GCM records one key seals before both ends move to the next (see `AESGCMRecords`).
+    public static let recordsPerKey: UInt64 = 1 << 20
+}
+
+/// The sending half of a circuit's records.
+public final class E2ERecordSender {
+    private enum Cipher {
+        case stream(SecretStreamSender)
+        case gcm(AESGCMRecords)
+    }
+
+    private let cipher: Cipher
+    public let suite: E2ESuite
+    /// What the receiver needs first (`suite.headerLength` bytes), sent in this side's handshake message.
+    public let header: [UInt8]
+
+    /// A sender keyed with a 32-byte key. `recordsPerKey` (AES-GCM only) is how many records one key seals before
+    /// both ends move to the next; tests lower it to reach the change.
+    public init(suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64 = E2ERecord.recordsPerKey) {
+        self.suite = suite
+        switch suite {
+        case .xchacha20poly1305:
+            let sender = SecretStreamSender(key: key)
+            cipher = .stream(sender)
+            header = sender.header
+        case .aes256gcm:
+            cipher = .gcm(AESGCMRecords(key: key, recordsPerKey: recordsPerKey))
+            header = []
+        }
+    }
+
+    /// Seals `plaintext` straight into `output` (at least `plaintext.count + E2ERecord.overhead` bytes).
+    public func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+        switch cipher {
+        case .stream(let sender):
+            sender.seal(plaintext, into: output, final: final)
+        case .gcm(let records):
+            records.seal(plaintext, into: output, final: final)
+        }
+    }
+
+    /// Seals one record into a new array.
+    public func seal(_ plaintext: [UInt8], final: Bool = false) -> [UInt8] {
+        var record = [UInt8](repeating: 0, count: plaintext.count + E2ERecord.overhead)
+        plaintext.withUnsafeBytes { input in
+            record.withUnsafeMutableBytes { output in seal(input, into: output, final: final) }
+        }
+        return record
+    }
+}
+
+/// The receiving half of a circuit's records.
+public final class E2ERecordReceiver {
+    private enum Cipher {
+        case stream(SecretStreamReceiver)
+        case gcm(AESGCMRecords)
+        case spent
+    }
+
+    private var cipher: Cipher
+    public let suite: E2ESuite
+    /// Whether the FINAL record has been opened; nothing opens after it.
+    public private(set) var finished = false
+
+    /// A receiver for records sealed with `key`; `header` is what the sender's handshake message carried. Throws
+    /// when the header is not the suite's length or not one secretstream accepts.
+    public init(
+        suite: E2ESuite,
+        key: [UInt8],
+        header: [UInt8],
+        recordsPerKey: UInt64 = E2ERecord.recordsPerKey
+    ) throws(ILSError) {
+        self.suite = suite
+        switch suite {
+        case .xchacha20poly1305:
+            cipher = .stream(try SecretStreamReceiver(key: key, header: header))
+        case .aes256gcm:
+            guard header.isEmpty, key.count == AESGCMRecords.keyLength else { throw SecretStream.invalidRecord }
+            cipher = .gcm(AESGCMRecords(key: key, recordsPerKey: recordsPerKey))
+        }
+    }
+
+    /// Opens `record` straight into `output` (at least `record.count - E2ERecord.overhead` bytes); returns whether it
+    /// was the FINAL record. Throws if it was altered, reordered, replayed, spliced, or comes after the final one; a
+    /// receiver that threw opens nothing more.
+    public func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError)
+        -> Bool
+    {
+        guard !finished else { throw SecretStream.invalidRecord }
+        let final: Bool
+        switch cipher {
+        case .stream(let receiver):
+            do throws(ILSError) {
+                final = try receiver.open(record, into: output)
+            } catch {
+                cipher = .spent
+                throw error
+            }
+        case .gcm(let records):
+            do throws(ILSError) {
+                final = try records.open(record, into: output)
+            } catch {
+                cipher = .spent
+                throw error
+            }
+        case .spent:
+            throw SecretStream.invalidRecord
+        }
+        if final { finished = true }
+        return final
+    }
+
+    /// Opens one record into a new array.
+    public func open(_ record: [UInt8]) throws(ILSError) -> (plaintext: [UInt8], final: Bool) {
+        guard record.count >= E2ERecord.overhead else { throw SecretStream.invalidRecord }
+        var plaintext = [UInt8](repeating: 0, count: record.count - E2ERecord.overhead)
+        let final = record.withUnsafeBytes { input in
+            plaintext.withUnsafeMutableBytes { output in
+                Result { () throws(ILSError) in try open(input, into: output) }
+            }
+        }
+        return (plaintext, try final.get())
+    }
+}
+
+/// One direction of AES-256-GCM records: `u8 flags ‖ ciphertext ‖ 16-byte tag`, flags `0x01` on the FINAL record and
+/// `0x00` otherwise, authenticated as the additional data.
+///
+/// The nonce of record `n` (counting from 0) is `iv XOR (0⁴ ‖ u64 n)`, where `iv` is the first 12 bytes of
+/// `BLAKE2b-128(key = direction key, "ils-e2e-v2 iv")`: a receiver that opens a record at any other position than
+/// the sender sealed it fails the tag, which is what refuses reordering, replay, dropping and splicing. The key is
+/// unique to the circuit and direction (the handshake's ephemeral keys and nonces go into it), so no nonce repeats
+/// under a key. After every `recordsPerKey` records both ends replace the key with `BLAKE2b-256(key = key,
+/// "ils-e2e-v2 rekey")`, keeping the data under one key (at most 2²⁰ records of 64 KiB, 2³² AES blocks) far below
+/// where GCM's confidentiality bound starts to matter, however long a circuit lives.
+final class AESGCMRecords {
+    static let keyLength = 32
+    static let tagLength = 16
+    static let finalFlag: UInt8 = 0x01
+
+    private var key: SymmetricKey
+    private let iv: [UInt8]
+    private var counter: UInt64 = 0
+    private let recordsPerKey: UInt64
+
+    init(key: [UInt8], recordsPerKey: UInt64) {
+        precondition(key.count == Self.keyLength && recordsPerKey > 0)
+        self.key = SymmetricKey(data: key)
+        self.iv = Array(Self.derive(key, "ils-e2e-v2 iv", length: 16).prefix(12))
+        self.recordsPerKey = recordsPerKey
+    }
+
+    /// BLAKE2b with `key` as its key over `label`.
+    private static func derive(_ key: some ContiguousBytes, _ label: String, length: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: length)
+        let message = Array(label.utf8)
+        key.withUnsafeBytes { key in
+            _ = crypto_generichash(
+                &out,
+                length,
+                message,
+                UInt64(message.count),
+                key.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                key.count
+            )
+        }
+        return out
+    }
+
+    /// The nonce for the next record, moving to the next key first when the current one has sealed its share.
+    private func nextNonce() -> AES.GCM.Nonce {
+        // 2⁶⁴ records would take centuries at any rate a machine can seal them.
+        precondition(counter < UInt64.max, "end-to-end record counter exhausted")
+        if counter > 0, counter % recordsPerKey == 0 {
+            key = SymmetricKey(data: Self.derive(key, "ils-e2e-v2 rekey", length: Self.keyLength))
+        }
+        var nonce = iv
+        for index in 0..<8 { nonce[4 + index] ^= UInt8(truncatingIfNeeded: counter >> (56 - 8 * index)) }
+        counter += 1
+        // A 12-byte nonce is always accepted.
+        return try! AES.GCM.Nonce(data: nonce)
+    }
+
+    func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+        precondition(output.count >= plaintext.count + E2ERecord.overhead)
+        let nonce = nextNonce()
+        var flags = final ? Self.finalFlag : 0
+        output[0] = flags
+        let box = withUnsafeBytes(of: &flags) { flags in
+            // Sealing fails only for a key that is not 128, 192 or 256 bits long.
+            try! AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: flags)
+        }
+        box.ciphertext.withUnsafeBytes { ciphertext in
+            UnsafeMutableRawBufferPointer(rebasing: output[1...]).copyMemory(from: ciphertext)
+        }
+        box.tag.withUnsafeBytes { tag in
+            UnsafeMutableRawBufferPointer(rebasing: output[(1 + plaintext.count)...]).copyMemory(from: tag)
+        }
+    }
+
+    func open(
+        _ record: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) throws(ILSError) -> Bool {
+        guard record.count >= E2ERecord.overhead, output.count >= record.count - E2ERecord.overhead,
+            record[0] & ~Self.finalFlag == 0
+        else { throw SecretStream.invalidRecord }
+        let length = record.count - E2ERecord.overhead
+        let nonce = nextNonce()
+        let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])
+        let tag = UnsafeRawBufferPointer(rebasing: record[(1 + length)...])
+        let flags = UnsafeRawBufferPointer(rebasing: record[0..<1])
+        guard let box = try? AES.GCM.SealedBox(nonce: nonce, ciphertext: ciphertext, tag: tag),
+            let plaintext = try? AES.GCM.open(box, using: key, authenticating: flags)
+        else { throw SecretStream.invalidRecord }
+        plaintext.withUnsafeBytes { plaintext in output.copyMemory(from: plaintext) }
+        return record[0] == Self.finalFlag
+    }
+}

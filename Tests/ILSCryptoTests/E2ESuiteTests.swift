@@ -1,0 +1,222 @@
+import Foundation
+import ILSCore
+import ILSCrypto
+import Testing
+
+/// Which record protection a circuit runs, how device and gateway agree on it, and what the AES-GCM records refuse.
+@Suite("End-to-end record suites")
+struct E2ESuiteTests {
+    /// A whole handshake between a device offering `offered` (speaking `version`) and a gateway accepting `accepted`.
+    static func handshake(
+        _ parties: E2EParties,
+        offered: [E2ESuite] = E2ESuite.offered,
+        accepted: Set<E2ESuite> = Set(E2ESuite.allCases),
+        version: UInt8 = E2EHandshake.version
+    ) throws -> (device: E2ESession, gateway: E2ESession) {
+        let initiator = E2EInitiator(
+            credentials: parties.device,
+            service: "claude-api",
+            suites: offered,
+            version: version
+        )
+        let responder = E2EResponder(credentials: parties.gateway, suites: accepted)
+        let serverHello = try responder.receiveClientHello(initiator.clientHello()).serverHello
+        let (finished, device) = try initiator.receiveServerHello(serverHello)
+        return (device, try responder.receiveClientFinished(finished))
+    }
+
+    static func exchange(_ sessions: (device: E2ESession, gateway: E2ESession)) throws {
+        let request = Array("GET /claude/stream HTTP/1.1\r\n\r\n".utf8)
+        #expect(try sessions.gateway.receiver.open(sessions.device.sender.seal(request)).plaintext == request)
+        let answer = [UInt8](repeating: 0x61, count: 70_000)
+        let opened = try sessions.device.receiver.open(sessions.gateway.sender.seal(answer, final: true))
+        #expect(opened.plaintext == answer && opened.final)
+    }
+
+    @Test("a device and gateway of this version agree on AES-256-GCM, the device's first choice")
+    func defaultIsAESGCM() throws {
+        let sessions = try Self.handshake(try E2EParties())
+        #expect(sessions.device.suite == .aes256gcm)
+        #expect(sessions.gateway.suite == .aes256gcm)
+        try Self.exchange(sessions)
+    }
+
+    @Test("the gateway takes the first suite of the device's offer that it accepts")
+    func deviceOrderWins() throws {
+        let parties = try E2EParties()
+        let preferChaCha = try Self.handshake(parties, offered: [.xchacha20poly1305, .aes256gcm])
+        #expect(preferChaCha.device.suite == .xchacha20poly1305 && preferChaCha.gateway.suite == .xchacha20poly1305)
+        try Self.exchange(preferChaCha)
+        let chachaGateway = try Self.handshake(parties, accepted: [.xchacha20poly1305])
+        #expect(chachaGateway.device.suite == .xchacha20poly1305 && chachaGateway.gateway.suite == .xchacha20poly1305)
+        try Self.exchange(chachaGateway)
+    }
+
+    @Test("a device offering nothing the gateway accepts is refused before any key is made")
+    func noCommonSuite() throws {
+        let parties = try E2EParties()
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [.aes256gcm])
+        let responder = E2EResponder(credentials: parties.gateway, suites: [.xchacha20poly1305])
+        #expect(throws: ILSError.self) { _ = try responder.receiveClientHello(initiator.clientHello()) }
+        // Unknown suite numbers alone are no offer either.
+        var hello = initiator.clientHello()
+        hello[hello.count - 1] = 0xEE
+        #expect(throws: ILSError.self) {
+            _ = try E2EResponder(credentials: parties.gateway).receiveClientHello(hello)
+        }
+    }
+
+    @Test("a device of handshake version 1 still gets a circuit, on secretstream records")
+    func versionOneDevice() throws {
+        let parties = try E2EParties()
+        let sessions = try Self.handshake(parties, version: 1)
+        #expect(sessions.device.suite == .xchacha20poly1305 && sessions.gateway.suite == .xchacha20poly1305)
+        try Self.exchange(sessions)
+        // Its hello has no suite list, and the answer has no suite byte: exactly version 1's layout.
+        let initiator = E2EInitiator(
+            credentials: parties.device,
+            service: "claude-api",
+            suites: [.aes256gcm],
+            version: 1
+        )
+        let hello = initiator.clientHello()
+        #expect(hello[1] == 1)
+        let serverHello = try E2EResponder(credentials: parties.gateway).receiveClientHello(hello).serverHello
+        #expect(serverHello[1] == 1)
+        let certificateLength = Int(serverHello[2]) << 8 | Int(serverHello[3])
+        #expect(serverHello.count == 4 + certificateLength + 32 + 32 + 64 + 24)
+    }
+
+    @Test("a relay that strips the suite list (version 2 → 1) or reorders it is caught by the device")
+    func downgradeFails() throws {
+        let parties = try E2EParties()
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let hello = initiator.clientHello()
+        // Strip: the relay rewrites the hello as version 1 without the suite list (u16 count + 2 suites).
+        var stripped = Array(hello.dropLast(4))
+        stripped[1] = 1
+        let oldAnswer = try E2EResponder(credentials: parties.gateway).receiveClientHello(stripped).serverHello
+        #expect(throws: ILSError.self) { _ = try initiator.receiveServerHello(oldAnswer) }
+
+        // Reorder: the gateway then picks secretstream, but the device signed-for transcript has its own order.
+        let second = E2EInitiator(credentials: parties.device, service: "claude-api")
+        var reordered = second.clientHello()
+        reordered.swapAt(reordered.count - 1, reordered.count - 2)
+        let responder = E2EResponder(credentials: parties.gateway)
+        let answer = try responder.receiveClientHello(reordered).serverHello
+        #expect(answer[2] == E2ESuite.xchacha20poly1305.rawValue)
+        #expect(throws: ILSError.self) { _ = try second.receiveServerHello(answer) }
+    }
+
+    @Test("a relay that changes the gateway's choice is caught by the device")
+    func changedChoiceFails() throws {
+        let parties = try E2EParties()
+        for (offered, forged) in [
+            ([E2ESuite.aes256gcm, .xchacha20poly1305], E2ESuite.xchacha20poly1305),
+            ([E2ESuite.aes256gcm], E2ESuite.xchacha20poly1305),
+        ] {
+            let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: offered)
+            var answer = try E2EResponder(credentials: parties.gateway).receiveClientHello(initiator.clientHello())
+                .serverHello
+            #expect(answer[2] == E2ESuite.aes256gcm.rawValue)
+            answer[2] = forged.rawValue
+            answer += [UInt8](repeating: 0, count: forged.headerLength)  // so only the choice is wrong, not the length
+            #expect(throws: ILSError.self) { _ = try initiator.receiveServerHello(answer) }
+        }
+    }
+
+    @Test("AES-GCM records: altered bytes, flags, reordering, replay, other direction and after FINAL are refused")
+    func aesRecordRefusals() throws {
+        let parties = try E2EParties()
+        func sessions() throws -> (device: E2ESession, gateway: E2ESession) { try Self.handshake(parties) }
+
+        let s1 = try sessions()
+        let record = s1.device.sender.seal(Array("hello".utf8))
+        #expect(record.count == 5 + E2ERecord.overhead)
+        #expect(!record.contains(subsequence: Array("hello".utf8)))
+        for index in record.indices {
+            let fresh = try sessions()
+            let good = fresh.device.sender.seal(Array("hello".utf8))
+            var bad = good
+            bad[index] ^= 0x01
+            #expect(throws: ILSError.self) { _ = try fresh.gateway.receiver.open(bad) }
+        }
+        // Marking an ordinary record FINAL (or setting an unknown flag bit) breaks it.
+        for flags: UInt8 in [0x01, 0x02, 0x80] {
+            let fresh = try sessions()
+            var marked = fresh.device.sender.seal([1, 2, 3])
+            marked[0] = flags
+            #expect(throws: ILSError.self) { _ = try fresh.gateway.receiver.open(marked) }
+        }
+        // A record of one direction does not open in the other.
+        let s2 = try sessions()
+        #expect(throws: ILSError.self) { _ = try s2.device.receiver.open(s2.device.sender.seal([7])) }
+        // Reordered, replayed, and after FINAL.
+        let s3 = try sessions()
+        let first = s3.device.sender.seal([1])
+        let second = s3.device.sender.seal([2])
+        #expect(throws: ILSError.self) { _ = try s3.gateway.receiver.open(second) }
+        let s4 = try sessions()
+        let once = s4.device.sender.seal([1])
+        _ = try s4.gateway.receiver.open(once)
+        #expect(throws: ILSError.self) { _ = try s4.gateway.receiver.open(once) }
+        let s5 = try sessions()
+        #expect(try s5.gateway.receiver.open(s5.device.sender.seal([9], final: true)).final)
+        #expect(throws: ILSError.self) { _ = try s5.gateway.receiver.open(s5.device.sender.seal([10])) }
+        // A receiver that refused one record opens nothing more, not even the right next one.
+        let s6 = try sessions()
+        let good = s6.device.sender.seal([1])
+        var bad = good
+        bad[bad.count - 1] ^= 1
+        #expect(throws: ILSError.self) { _ = try s6.gateway.receiver.open(bad) }
+        #expect(throws: ILSError.self) { _ = try s6.gateway.receiver.open(good) }
+        _ = first
+    }
+
+    @Test("AES-GCM keys change every recordsPerKey records, at the same record on both ends")
+    func keyChange() throws {
+        let key = [UInt8](repeating: 0x11, count: 32)
+        let sender = E2ERecordSender(suite: .aes256gcm, key: key, recordsPerKey: 3)
+        let records = (0..<10).map { sender.seal([UInt8($0)], final: $0 == 9) }
+        let receiver = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [], recordsPerKey: 3)
+        for (index, record) in records.enumerated() {
+            #expect(try receiver.open(record).plaintext == [UInt8(index)])
+        }
+        #expect(receiver.finished)
+        // A receiver that never changes its key opens the first three records and refuses the fourth: the key did
+        // change there.
+        let stale = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [], recordsPerKey: 1 << 40)
+        for record in records.prefix(3) { _ = try stale.open(record) }
+        #expect(throws: ILSError.self) { _ = try stale.open(records[3]) }
+    }
+
+    /// Known answers computed with another implementation (Python's `cryptography` AESGCM and `hashlib.blake2b`, from
+    /// docs/protocol.md alone): a compatible client can check itself against these.
+    @Test("AES-GCM records match the protocol's known answers, across a key change")
+    func knownAnswers() throws {
+        let key = [UInt8](repeating: 0x11, count: 32)
+        let sender = E2ERecordSender(suite: .aes256gcm, key: key, recordsPerKey: 2)
+        let records = [
+            sender.seal(Array("hi".utf8)), sender.seal([], final: true), sender.seal(Array("x".utf8)),
+        ]
+        #expect(
+            records.map(Self.hex) == [
+                "003ac33e5a388d40deb9ecd30db3dbdaaa4d62", "01dd31d554a704b218171ebe567677b8c1",
+                "00583040418c1ea22089139abcd96d2f1336",
+            ]
+        )
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    @Test("an AES-GCM receiver refuses a header, and a secretstream one a header of the wrong length")
+    func headers() {
+        let key = [UInt8](repeating: 0x22, count: 32)
+        #expect(throws: ILSError.self) { _ = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [0]) }
+        #expect(throws: ILSError.self) {
+            _ = try E2ERecordReceiver(suite: .xchacha20poly1305, key: key, header: [UInt8](repeating: 0, count: 12))
+        }
+        #expect(E2ERecordSender(suite: .aes256gcm, key: key).header.isEmpty)
+        #expect(E2ERecordSender(suite: .xchacha20poly1305, key: key).header.count == 24)
+    }
+}
