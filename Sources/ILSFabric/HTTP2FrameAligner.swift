@@ -1,7 +1,7 @@
 public import NIOCore
 
-/// Sits in front of `NIOHTTP2Handler` on every overlay connection and hands it whole HTTP/2 frames only, at most
-/// `batchLimit` bytes per read.
+/// Sits in front of `NIOHTTP2Handler` on every overlay connection and hands it whole HTTP/2 frames only: all the whole
+/// frames of a read in one read, and a frame completed from the bytes held since the last read just before them.
 ///
 /// swift-nio-http2's frame decoder keeps one accumulation buffer for the connection's whole life, and that buffer only
 /// ever grows: each read is appended at its write index, the indices are reset only when the buffer runs empty, and a
@@ -9,7 +9,14 @@ public import NIOCore
 /// more reads before the buffer drains push the write index up and double the capacity; the 30-minute soak found
 /// 2–4 MiB per long-lived gateway link after some minutes of mixed load (heaptrack: live allocations in
 /// `SimulatingDataFramesParserState.accumulate`), the gateway's "step that stays" in docs/soak.md. Given whole
-/// frames, the decoder empties its buffer after every read, so the buffer never holds more than one read's worth.
+/// frames, the decoder empties its buffer after every read, so the buffer never holds more than one read's worth (the TLS
+/// handler's plaintext of one read burst, a few hundred KiB).
+///
+/// One read per read, not a read per frame or per batch: the decoder appends each read into its buffer, and the DATA
+/// payloads it decoded from the previous read are slices of that buffer until the stream channels take them at
+/// read-complete. An append while they are held copies the buffer's whole capacity (ByteBuffer's copy-on-write);
+/// perf put that at 5 % of the controller's CPU in bulk transfers when reads were split into frame-sized batches. For
+/// the same reason a completed held frame is followed by a read-complete before the rest of the read.
 ///
 /// The incomplete frame at the end of a read is copied out into a buffer of exactly that frame's size (so the TLS
 /// handler's read buffer is not kept alive by a slice) and released once the frame is complete. Frames longer than
@@ -22,7 +29,7 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
     static let headerSize = 9
     static let prefaceSize = 24
 
-    /// Header plus the largest payload this side announces: the longest frame, and the most passed on in one read.
+    /// Header plus the largest payload this side announces: the longest frame.
     private let batchLimit: Int
     private var prefaceLeft: Int
     /// The start of a frame whose end has not arrived yet (fewer than `headerSize` bytes, or a whole header and part
@@ -49,8 +56,15 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
             prefaceLeft -= preface.readableBytes
             context.fireChannelRead(wrapInboundOut(preface))
         }
-        guard completePending(context: context, input: &input) else { return }
-        if !passThrough {
+        var completed = false
+        guard completePending(context: context, input: &input, completed: &completed) else { return }
+        if !passThrough, input.readableBytes > 0 {
+            if completed {
+                // The decoder keeps the completed frame's DATA payloads as slices of its buffer until the stream
+                // channels take them at read-complete; appending more to that shared buffer first would copy all of
+                // it (its whole capacity). Letting the streams take them now keeps the next append in place.
+                context.fireChannelReadComplete()
+            }
             forwardWholeFrames(context: context, input: &input)
         }
         if passThrough {
@@ -66,14 +80,19 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
         }
     }
 
-    /// Moves bytes from `input` into the pending frame; passes it on once whole. False when `input` ran out first.
-    private func completePending(context: ChannelHandlerContext, input: inout ByteBuffer) -> Bool {
+    /// Moves bytes from `input` into the pending frame; passes it on once whole (setting `completed`). False when
+    /// `input` ran out first.
+    private func completePending(context: ChannelHandlerContext, input: inout ByteBuffer, completed: inout Bool) -> Bool {
         guard var frame = pending else { return true }
+        pending = nil  // `frame` is then the buffer's only owner: writing to it does not copy it
+
         if frame.readableBytes < Self.headerSize {
             var head = input.readSlice(length: min(Self.headerSize - frame.readableBytes, input.readableBytes))!
             frame.writeBuffer(&head)
-            pending = frame
-            guard frame.readableBytes == Self.headerSize else { return false }
+            guard frame.readableBytes == Self.headerSize else {
+                pending = frame
+                return false
+            }
         }
         let length = frameLength(frame, at: frame.readerIndex)!
         guard length <= batchLimit else {
@@ -91,29 +110,26 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
             pending = frame
             return false
         }
-        pending = nil
+        completed = true
         context.fireChannelRead(wrapInboundOut(frame))
         return true
     }
 
-    /// Passes on the whole frames at the front of `input`, several to a read up to `batchLimit` bytes.
+    /// Passes on the whole frames at the front of `input` in one read: the decoder appends each read to its buffer,
+    /// and a second append while the first read's DATA payloads (slices of that buffer) wait for read-complete in
+    /// the stream channels would copy the whole buffer.
     private func forwardWholeFrames(context: ChannelHandlerContext, input: inout ByteBuffer) {
-        while true {
-            var end = input.readerIndex
-            while let length = frameLength(input, at: end) {
-                guard length <= batchLimit else {
-                    passThrough = true
-                    break
-                }
-                guard end + length <= input.writerIndex,
-                    end == input.readerIndex || end + length - input.readerIndex <= batchLimit
-                else { break }
-                end += length
+        var end = input.readerIndex
+        while let length = frameLength(input, at: end) {
+            guard length <= batchLimit else {
+                passThrough = true
+                break
             }
-            guard end > input.readerIndex else { return }
-            context.fireChannelRead(wrapInboundOut(input.readSlice(length: end - input.readerIndex)!))
-            if passThrough { return }
+            guard end + length <= input.writerIndex else { break }
+            end += length
         }
+        guard end > input.readerIndex else { return }
+        context.fireChannelRead(wrapInboundOut(input.readSlice(length: end - input.readerIndex)!))
     }
 
     private func startPassingThrough(context: ChannelHandlerContext, with frame: ByteBuffer) {
