@@ -42,17 +42,14 @@ public enum E2ERecord {
     public static let recordsPerKey: UInt64 = 1 << 20
 }
 
-/// The sending half of a circuit's records.
+/// The sending half of a circuit's records. Holds the suite's state inline (one object per direction besides the
+/// key), since a gateway keeps one pair per open stream.
 public final class E2ERecordSender {
-    private enum Cipher {
-        case stream(SecretStreamSender)
-        case gcm(AESGCMRecords)
-    }
-
-    private let cipher: Cipher
+    private let stream: SecretStreamSender?
+    private var gcm: AESGCMRecords?
     public let suite: E2ESuite
     /// What the receiver needs first (`suite.headerLength` bytes), sent in this side's handshake message.
-    public let header: [UInt8]
+    public var header: [UInt8] { stream?.header ?? [] }
 
     /// A sender keyed with a 32-byte key. `recordsPerKey` (AES-GCM only) is how many records one key seals before
     /// both ends move to the next; tests lower it to reach the change.
@@ -60,22 +57,19 @@ public final class E2ERecordSender {
         self.suite = suite
         switch suite {
         case .xchacha20poly1305:
-            let sender = SecretStreamSender(key: key)
-            cipher = .stream(sender)
-            header = sender.header
+            stream = SecretStreamSender(key: key)
         case .aes256gcm:
-            cipher = .gcm(AESGCMRecords(key: key, recordsPerKey: recordsPerKey))
-            header = []
+            stream = nil
+            gcm = AESGCMRecords(key: key, recordsPerKey: recordsPerKey)
         }
     }
 
     /// Seals `plaintext` straight into `output` (at least `plaintext.count + E2ERecord.overhead` bytes).
     public func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
-        switch cipher {
-        case .stream(let sender):
-            sender.seal(plaintext, into: output, final: final)
-        case .gcm(let records):
-            records.seal(plaintext, into: output, final: final)
+        if let stream {
+            stream.seal(plaintext, into: output, final: final)
+        } else {
+            gcm!.seal(plaintext, into: output, final: final)
         }
     }
 
@@ -91,13 +85,10 @@ public final class E2ERecordSender {
 
 /// The receiving half of a circuit's records.
 public final class E2ERecordReceiver {
-    private enum Cipher {
-        case stream(SecretStreamReceiver)
-        case gcm(AESGCMRecords)
-        case spent
-    }
-
-    private var cipher: Cipher
+    private let stream: SecretStreamReceiver?
+    private var gcm: AESGCMRecords?
+    /// Set by the first refusal: nothing opens after it.
+    private var spent = false
     public let suite: E2ESuite
     /// Whether the FINAL record has been opened; nothing opens after it.
     public private(set) var finished = false
@@ -113,10 +104,11 @@ public final class E2ERecordReceiver {
         self.suite = suite
         switch suite {
         case .xchacha20poly1305:
-            cipher = .stream(try SecretStreamReceiver(key: key, header: header))
+            stream = try SecretStreamReceiver(key: key, header: header)
         case .aes256gcm:
             guard header.isEmpty, key.count == AESGCMRecords.keyLength else { throw SecretStream.invalidRecord }
-            cipher = .gcm(AESGCMRecords(key: key, recordsPerKey: recordsPerKey))
+            stream = nil
+            gcm = AESGCMRecords(key: key, recordsPerKey: recordsPerKey)
         }
     }
 
@@ -126,25 +118,17 @@ public final class E2ERecordReceiver {
     public func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError)
         -> Bool
     {
-        guard !finished else { throw SecretStream.invalidRecord }
+        guard !finished, !spent else { throw SecretStream.invalidRecord }
         let final: Bool
-        switch cipher {
-        case .stream(let receiver):
-            do throws(ILSError) {
-                final = try receiver.open(record, into: output)
-            } catch {
-                cipher = .spent
-                throw error
+        do throws(ILSError) {
+            if let stream {
+                final = try stream.open(record, into: output)
+            } else {
+                final = try gcm!.open(record, into: output)
             }
-        case .gcm(let records):
-            do throws(ILSError) {
-                final = try records.open(record, into: output)
-            } catch {
-                cipher = .spent
-                throw error
-            }
-        case .spent:
-            throw SecretStream.invalidRecord
+        } catch {
+            spent = true
+            throw error
         }
         if final { finished = true }
         return final
@@ -173,20 +157,24 @@ public final class E2ERecordReceiver {
 /// under a key. After every `recordsPerKey` records both ends replace the key with `BLAKE2b-256(key = key,
 /// "ils-e2e-v2 rekey")`, keeping the data under one key (at most 2²⁰ records of 64 KiB, 2³² AES blocks) far below
 /// where GCM's confidentiality bound starts to matter, however long a circuit lives.
-final class AESGCMRecords {
+struct AESGCMRecords {
     static let keyLength = 32
     static let tagLength = 16
     static let finalFlag: UInt8 = 0x01
 
     private var key: SymmetricKey
-    private let iv: [UInt8]
+    /// The IV's first 4 bytes and last 8, big-endian: the nonce of record `n` is `ivHead ‖ (ivTail XOR n)`.
+    private let ivHead: UInt32
+    private let ivTail: UInt64
     private var counter: UInt64 = 0
     private let recordsPerKey: UInt64
 
     init(key: [UInt8], recordsPerKey: UInt64) {
         precondition(key.count == Self.keyLength && recordsPerKey > 0)
         self.key = SymmetricKey(data: key)
-        self.iv = Array(Self.derive(key, "ils-e2e-v2 iv", length: 16).prefix(12))
+        let iv = Self.derive(key, "ils-e2e-v2 iv", length: 16)
+        self.ivHead = iv[0..<4].reduce(0) { $0 << 8 | UInt32($1) }
+        self.ivTail = iv[4..<12].reduce(0) { $0 << 8 | UInt64($1) }
         self.recordsPerKey = recordsPerKey
     }
 
@@ -208,20 +196,24 @@ final class AESGCMRecords {
     }
 
     /// The nonce for the next record, moving to the next key first when the current one has sealed its share.
-    private func nextNonce() -> AES.GCM.Nonce {
+    private mutating func nextNonce() -> AES.GCM.Nonce {
         // 2⁶⁴ records would take centuries at any rate a machine can seal them.
         precondition(counter < UInt64.max, "end-to-end record counter exhausted")
         if counter > 0, counter % recordsPerKey == 0 {
             key = SymmetricKey(data: Self.derive(key, "ils-e2e-v2 rekey", length: Self.keyLength))
         }
-        var nonce = iv
-        for index in 0..<8 { nonce[4 + index] ^= UInt8(truncatingIfNeeded: counter >> (56 - 8 * index)) }
+        let head = ivHead.bigEndian
+        let tail = (ivTail ^ counter).bigEndian
         counter += 1
-        // A 12-byte nonce is always accepted.
-        return try! AES.GCM.Nonce(data: nonce)
+        return withUnsafeTemporaryAllocation(byteCount: 12, alignment: 1) { nonce in
+            nonce.storeBytes(of: head, toByteOffset: 0, as: UInt32.self)
+            nonce.storeBytes(of: tail, toByteOffset: 4, as: UInt64.self)
+            // A 12-byte nonce is always accepted.
+            return try! AES.GCM.Nonce(data: UnsafeRawBufferPointer(nonce))
+        }
     }
 
-    func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+    mutating func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
         precondition(output.count >= plaintext.count + E2ERecord.overhead)
         let nonce = nextNonce()
         var flags = final ? Self.finalFlag : 0
@@ -238,7 +230,7 @@ final class AESGCMRecords {
         }
     }
 
-    func open(
+    mutating func open(
         _ record: UnsafeRawBufferPointer,
         into output: UnsafeMutableRawBufferPointer
     ) throws(ILSError) -> Bool {

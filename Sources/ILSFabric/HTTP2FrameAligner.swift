@@ -82,7 +82,8 @@ public final class HTTP2FrameAligner: ChannelInboundHandler {
 
     /// Moves bytes from `input` into the pending frame; passes it on once whole (setting `completed`). False when
     /// `input` ran out first.
-    private func completePending(context: ChannelHandlerContext, input: inout ByteBuffer, completed: inout Bool) -> Bool {
+    private func completePending(context: ChannelHandlerContext, input: inout ByteBuffer, completed: inout Bool) -> Bool
+    {
         guard var frame = pending else { return true }
         pending = nil  // `frame` is then the buffer's only owner: writing to it does not copy it
 

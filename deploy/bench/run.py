@@ -89,6 +89,26 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(s: "Setup", quiet: float = 0.3, limit: float = 30) -> float:
+    """Waits until tunnel, controller and gateway have used no CPU for `quiet` seconds (at most `limit`), so that
+    one measurement's teardown (10,000 SSE circuits closing, say) is not timed in the next. Returns the wait."""
+    pids = [s.procs[name].pid for name in ("tunnel", "controller", "gateway") if name in s.procs]
+    started = time.monotonic()
+    last = [cpu_seconds(pid) for pid in pids]
+    while time.monotonic() - started < limit:
+        time.sleep(quiet)
+        now = [cpu_seconds(pid) for pid in pids]
+        if now == last:
+            break
+        last = now
+    return time.monotonic() - started
+
+
 def run(args: list[str], cwd: Path, timeout: float = 60) -> str:
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -530,6 +550,7 @@ def revocation(s: Setup, trials: int) -> dict:
         "after_return_ms": percentiles(after_return),
         "after_start_ms": percentiles(after_start),
         "enroll_ms": percentiles([e * 1000 for e in enrollments]),
+        "enroll_ms_each": [round(e * 1000, 1) for e in enrollments],
         "trials": trials,
     }
 
@@ -654,11 +675,12 @@ def main() -> int:
         print(f"   {json.dumps(results['sse']['kib_per_stream'])} KiB/stream; "
               f"delivery p99 {results['sse']['p99_us'] / 1000:.1f} ms", flush=True)
     if want("revocation"):
-        print(f"== revocation, {args.revocations} trials", flush=True)
+        print(f"== revocation, {args.revocations} trials (after {settle(s):.1f} s for the processes to go idle)",
+              flush=True)
         results["revocation"] = revocation(s, args.revocations)
         print(f"   {json.dumps(results['revocation'])}", flush=True)
     if want("restart"):
-        print(f"== controller restart, {args.restarts} trials", flush=True)
+        print(f"== controller restart, {args.restarts} trials (after {settle(s):.1f} s idle wait)", flush=True)
         results["restart_ms"] = controller_restart(s, args.restarts)
         print(f"   {json.dumps(results['restart_ms'])}", flush=True)
 
