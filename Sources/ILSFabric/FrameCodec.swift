@@ -6,21 +6,47 @@ public import NIOCore
 /// Bodies are bounded: a peer that announces more than `maximumBodyLength` is cut off before anything is buffered.
 /// The sending side frames in the end-to-end handlers themselves (`E2ERecordLayer`), sealing each record straight
 /// into its framed wire buffer.
+///
+/// Whole frames go on as slices of what arrived, with no copy: a DATA frame normally carries exactly one record, so
+/// the usual case copies nothing. Only the start of a frame whose end has not arrived is copied, once, into a buffer
+/// of its own sized for the whole frame: a slice would keep the HTTP/2 decoder's whole read buffer (hundreds of KiB)
+/// alive for as long as the frame stays incomplete, per circuit, and make the decoder copy that buffer on its next
+/// read.
 public final class FrameDecoder: ByteToMessageDecoder {
     public typealias InboundOut = ByteBuffer
 
     /// Large enough for the biggest record (`RecordLimits.maximumPlaintext` plus overhead) and any handshake message.
     public static let maximumBodyLength = 1 << 20
 
+    /// Whether the incomplete frame being held is already in a buffer of its own (the decoder appends what follows
+    /// into it).
+    private var holdingOwnCopy = false
+
     public init() {}
 
     public func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else { return .needMoreData }
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else {
+            hold(&buffer, frameLength: 4, allocator: context.channel.allocator)
+            return .needMoreData
+        }
         guard length <= Self.maximumBodyLength else { throw FrameError.tooLarge(Int(length)) }
-        guard buffer.readableBytes >= 4 + Int(length) else { return .needMoreData }
+        guard buffer.readableBytes >= 4 + Int(length) else {
+            hold(&buffer, frameLength: 4 + Int(length), allocator: context.channel.allocator)
+            return .needMoreData
+        }
+        holdingOwnCopy = false
         buffer.moveReaderIndex(forwardBy: 4)
         context.fireChannelRead(wrapInboundOut(buffer.readSlice(length: Int(length))!))
         return .continue
+    }
+
+    /// Moves the start of an incomplete frame into a buffer of its own, the first time it is held.
+    private func hold(_ buffer: inout ByteBuffer, frameLength: Int, allocator: ByteBufferAllocator) {
+        guard !holdingOwnCopy, buffer.readableBytes > 0 else { return }
+        var own = allocator.buffer(capacity: max(frameLength, buffer.readableBytes))
+        own.writeImmutableBuffer(buffer)
+        buffer = own
+        holdingOwnCopy = frameLength > 4
     }
 }
 

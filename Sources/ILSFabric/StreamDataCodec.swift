@@ -17,7 +17,9 @@ public final class StreamDataCodec: ChannelDuplexHandler, RemovableChannelHandle
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .data(let payload) = unwrapInboundIn(data) else { return }
         if case .byteBuffer(let buffer) = payload.data, buffer.readableBytes > 0 {
-            context.fireChannelRead(wrapInboundOut(Self.detached(buffer, allocator: context.channel.allocator)))
+            // Passed on as it came (a slice of the HTTP/2 decoder's buffer): `FrameDecoder` next copies only the
+            // part of a record that it has to hold.
+            context.fireChannelRead(wrapInboundOut(buffer))
         }
         if payload.endStream {
             context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
@@ -48,11 +50,10 @@ public final class StreamDataCodec: ChannelDuplexHandler, RemovableChannelHandle
     /// The bytes of a received DATA frame in a buffer of their own.
     ///
     /// swift-nio-http2 hands out DATA payloads that share its frame decoder's accumulation buffer (a DATA frame that
-    /// spans reads is synthesised as "the entire buffer"). Whoever keeps such a payload past the read (a frame
-    /// decoder holding half an end-to-end record, the relay's writes in flight to another thread) makes the decoder's
-    /// next read copy-on-write its whole buffer, which grows by each read's size every time: the cost of a bulk
-    /// transfer then climbs with every megabyte (measured: controller CPU for 256 MiB rose from 0.8 s to 2.5 s over
-    /// five downloads). One right-sized copy at the stream's edge keeps the decoder's buffer unshared.
+    /// spans reads is synthesised as "the entire buffer"). Whoever keeps such a payload past the read (the relay's
+    /// writes in flight to another connection) makes the decoder's next read copy-on-write its whole buffer, and
+    /// keeps that buffer alive meanwhile. The relay makes one right-sized copy instead. (At the circuit ends,
+    /// `FrameDecoder` copies only the incomplete record it holds.)
     public static func detached(_ buffer: ByteBuffer, allocator: ByteBufferAllocator) -> ByteBuffer {
         var own = allocator.buffer(capacity: buffer.readableBytes)
         own.writeImmutableBuffer(buffer)
