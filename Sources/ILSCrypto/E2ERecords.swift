@@ -159,7 +159,6 @@ public final class E2ERecordReceiver {
 /// where GCM's confidentiality bound starts to matter, however long a circuit lives.
 struct AESGCMRecords {
     static let keyLength = 32
-    static let tagLength = 16
     static let finalFlag: UInt8 = 0x01
 
     private var key: SymmetricKey
