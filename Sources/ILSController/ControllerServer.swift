@@ -114,6 +114,7 @@ public final class ControllerServer: Service, Sendable {
                 // Relayed circuits carry small interactive records (an SSE event, a request head): Nagle would hold
                 // each behind the previous one's ACK.
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.writeBufferWaterMark, value: WriteBuffers.overlayConnection)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         connections.add(channel)

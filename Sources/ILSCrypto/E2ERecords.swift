@@ -3,6 +3,12 @@ import Crypto
 import Foundation
 public import ILSCore
 
+#if canImport(CCryptoBoringSSL)
+// swift-crypto's BoringSSL (its backend wherever CryptoKit is absent): its AEAD API seals and opens in place, which
+// the Swift API cannot (see `AESGCMRecords`).
+import CCryptoBoringSSL
+#endif
+
 /// How an end-to-end circuit's records are protected, agreed in the handshake (docs/protocol.md, "Records").
 ///
 /// Both suites add the same 17 bytes to a record, bind each record to its position in the direction, and mark the
@@ -194,41 +200,44 @@ struct AESGCMRecords {
         return out
     }
 
-    /// The nonce for the next record, moving to the next key first when the current one has sealed its share.
-    private mutating func nextNonce() -> AES.GCM.Nonce {
+    /// Moves to the next record: to the next key first when the current one has sealed its share. Returns the
+    /// record's nonce, `iv XOR (0⁴ ‖ u64 n)`, as its first 4 bytes and last 8 (big-endian).
+    private mutating func advance() -> (head: UInt32, tail: UInt64) {
         // 2⁶⁴ records would take centuries at any rate a machine can seal them.
         precondition(counter < UInt64.max, "end-to-end record counter exhausted")
         if counter > 0, counter % recordsPerKey == 0 {
             key = SymmetricKey(data: Self.derive(key, "ils-e2e-v2 rekey", length: Self.keyLength))
         }
-        let head = ivHead.bigEndian
-        let tail = (ivTail ^ counter).bigEndian
-        counter += 1
+        defer { counter += 1 }
+        return (ivHead, ivTail ^ counter)
+    }
+
+    /// Calls `body` with the 12 bytes of the next record's nonce and the key to seal or open it with.
+    private mutating func withNextNonce<T>(_ body: (UnsafeRawBufferPointer, SymmetricKey) -> T) -> T {
+        let (head, tail) = advance()
+        let key = self.key
         return withUnsafeTemporaryAllocation(byteCount: 12, alignment: 1) { nonce in
-            nonce.storeBytes(of: head, toByteOffset: 0, as: UInt32.self)
-            nonce.storeBytes(of: tail, toByteOffset: 4, as: UInt64.self)
-            // A 12-byte nonce is always accepted.
-            return try! AES.GCM.Nonce(data: UnsafeRawBufferPointer(nonce))
+            nonce.storeBytes(of: head.bigEndian, toByteOffset: 0, as: UInt32.self)
+            nonce.storeBytes(of: tail.bigEndian, toByteOffset: 4, as: UInt64.self)
+            return body(UnsafeRawBufferPointer(nonce), key)
         }
     }
 
+    /// Seals `plaintext` as `flags ‖ ciphertext ‖ tag` into `output`.
     mutating func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
         precondition(output.count >= plaintext.count + E2ERecord.overhead)
-        let nonce = nextNonce()
-        var flags = final ? Self.finalFlag : 0
+        let flags = final ? Self.finalFlag : 0
         output[0] = flags
-        let box = withUnsafeBytes(of: &flags) { flags in
-            // Sealing fails only for a key that is not 128, 192 or 256 bits long.
-            try! AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: flags)
-        }
-        box.ciphertext.withUnsafeBytes { ciphertext in
-            UnsafeMutableRawBufferPointer(rebasing: output[1...]).copyMemory(from: ciphertext)
-        }
-        box.tag.withUnsafeBytes { tag in
-            UnsafeMutableRawBufferPointer(rebasing: output[(1 + plaintext.count)...]).copyMemory(from: tag)
+        let ciphertext = UnsafeMutableRawBufferPointer(rebasing: output[1..<(1 + plaintext.count)])
+        let tag = UnsafeMutableRawBufferPointer(
+            rebasing: output[(1 + plaintext.count)..<(E2ERecord.overhead + plaintext.count)]
+        )
+        withNextNonce { nonce, key in
+            Self.seal(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
         }
     }
 
+    /// Opens `record` (`flags ‖ ciphertext ‖ tag`) into `output`; returns whether it is the FINAL one.
     mutating func open(
         _ record: UnsafeRawBufferPointer,
         into output: UnsafeMutableRawBufferPointer
@@ -237,14 +246,144 @@ struct AESGCMRecords {
             record[0] & ~Self.finalFlag == 0
         else { throw SecretStream.invalidRecord }
         let length = record.count - E2ERecord.overhead
-        let nonce = nextNonce()
-        let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])
-        let tag = UnsafeRawBufferPointer(rebasing: record[(1 + length)...])
-        let flags = UnsafeRawBufferPointer(rebasing: record[0..<1])
-        guard let box = try? AES.GCM.SealedBox(nonce: nonce, ciphertext: ciphertext, tag: tag),
-            let plaintext = try? AES.GCM.open(box, using: key, authenticating: flags)
-        else { throw SecretStream.invalidRecord }
-        plaintext.withUnsafeBytes { plaintext in output.copyMemory(from: plaintext) }
+        let opened = withNextNonce { nonce, key in
+            Self.open(
+                UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)]),
+                tag: UnsafeRawBufferPointer(rebasing: record[(1 + length)...]),
+                flags: UnsafeRawBufferPointer(rebasing: record[0..<1]),
+                key: key,
+                nonce: nonce,
+                into: UnsafeMutableRawBufferPointer(rebasing: output[..<length])
+            )
+        }
+        guard opened else { throw SecretStream.invalidRecord }
         return record[0] == Self.finalFlag
     }
 }
+
+#if canImport(CCryptoBoringSSL)
+extension AESGCMRecords {
+    /// Runs `body` with an AES-256-GCM context for `key` on the stack, wiped afterwards. Setting one up costs far less
+    /// than sealing a record, and keeping one per direction would add 1.1 KiB to every open stream.
+    private static func withContext<T>(_ key: SymmetricKey, _ body: (UnsafePointer<EVP_AEAD_CTX>) -> T) -> T {
+        withUnsafeTemporaryAllocation(of: EVP_AEAD_CTX.self, capacity: 1) { context in
+            let ready = key.withUnsafeBytes { key in
+                CCryptoBoringSSL_EVP_AEAD_CTX_init(
+                    context.baseAddress,
+                    CCryptoBoringSSL_EVP_aead_aes_256_gcm(),
+                    key.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                    key.count,
+                    16,
+                    nil
+                )
+            }
+            // Only a key of the wrong length fails, and the key is always 32 bytes.
+            precondition(ready == 1, "AES-256-GCM context setup failed")
+            defer {
+                CCryptoBoringSSL_EVP_AEAD_CTX_cleanup(context.baseAddress)
+                CCryptoBoringSSL_OPENSSL_cleanse(context.baseAddress, MemoryLayout<EVP_AEAD_CTX>.size)
+            }
+            return body(context.baseAddress!)
+        }
+    }
+
+    /// Encrypts straight into the record: no intermediate buffers.
+    private static func seal(
+        _ plaintext: UnsafeRawBufferPointer,
+        flags: UInt8,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        ciphertext: UnsafeMutableRawBufferPointer,
+        tag: UnsafeMutableRawBufferPointer
+    ) {
+        var flags = flags
+        var empty: UInt8 = 0
+        let sealed = withContext(key) { context in
+            withUnsafeMutablePointer(to: &empty) { empty in
+                var tagLength = 0
+                let result = CCryptoBoringSSL_EVP_AEAD_CTX_seal_scatter(
+                    context,
+                    ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty,
+                    tag.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    &tagLength,
+                    tag.count,
+                    nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    nonce.count,
+                    plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(empty),
+                    plaintext.count,
+                    nil,
+                    0,
+                    &flags,
+                    1
+                )
+                return result == 1 && tagLength == tag.count
+            }
+        }
+        precondition(sealed, "AES-256-GCM seal failed")
+    }
+
+    /// Checks the tag and decrypts straight into `output`; `false` if the record is not authentic.
+    private static func open(
+        _ ciphertext: UnsafeRawBufferPointer,
+        tag: UnsafeRawBufferPointer,
+        flags: UnsafeRawBufferPointer,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) -> Bool {
+        var empty: UInt8 = 0
+        return withContext(key) { context in
+            withUnsafeMutablePointer(to: &empty) { empty in
+                CCryptoBoringSSL_EVP_AEAD_CTX_open_gather(
+                    context,
+                    output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty,
+                    nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    nonce.count,
+                    ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(empty),
+                    ciphertext.count,
+                    tag.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    tag.count,
+                    flags.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    flags.count
+                ) == 1
+            }
+        }
+    }
+}
+#else
+extension AESGCMRecords {
+    /// CryptoKit's API (Apple systems): the sealed box is copied into the record.
+    private static func seal(
+        _ plaintext: UnsafeRawBufferPointer,
+        flags: UInt8,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        ciphertext: UnsafeMutableRawBufferPointer,
+        tag: UnsafeMutableRawBufferPointer
+    ) {
+        var flags = flags
+        // A 12-byte nonce is always accepted, and sealing fails only for a key that is not 128, 192 or 256 bits.
+        let box = withUnsafeBytes(of: &flags) { flags in
+            try! AES.GCM.seal(plaintext, using: key, nonce: try! AES.GCM.Nonce(data: nonce), authenticating: flags)
+        }
+        box.ciphertext.withUnsafeBytes { ciphertext.copyMemory(from: $0) }
+        box.tag.withUnsafeBytes { tag.copyMemory(from: $0) }
+    }
+
+    private static func open(
+        _ ciphertext: UnsafeRawBufferPointer,
+        tag: UnsafeRawBufferPointer,
+        flags: UnsafeRawBufferPointer,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) -> Bool {
+        guard let nonce = try? AES.GCM.Nonce(data: nonce),
+            let box = try? AES.GCM.SealedBox(nonce: nonce, ciphertext: ciphertext, tag: tag),
+            let plaintext = try? AES.GCM.open(box, using: key, authenticating: flags)
+        else { return false }
+        plaintext.withUnsafeBytes { output.copyMemory(from: $0) }
+        return true
+    }
+}
+#endif

@@ -55,6 +55,7 @@ public struct FabricConnector: Sendable {
         let connected = ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.writeBufferWaterMark, value: WriteBuffers.overlayConnection)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let hostname = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host

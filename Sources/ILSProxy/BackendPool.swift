@@ -1,4 +1,5 @@
 import ILSCore
+import ILSFabric
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP1
@@ -171,6 +172,7 @@ final class LoopBackendPool {
             .connectTimeout(configuration.backendConnectTimeout.timeAmount)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelOption(.maxMessagesPerRead, value: Self.backendMessagesPerRead)
+            .channelOption(.writeBufferWaterMark, value: WriteBuffers.localConnection)
             .channelInitializer(initialize)
             .connect(host: configuration.backend.host, port: configuration.backend.port)
     }

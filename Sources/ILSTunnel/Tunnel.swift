@@ -56,6 +56,7 @@ public final class Tunnel: Service, Sendable {
             listener = try await ServerBootstrap(group: dialer.eventLoop)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.writeBufferWaterMark, value: WriteBuffers.localConnection)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
