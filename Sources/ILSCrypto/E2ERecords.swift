@@ -288,7 +288,7 @@ extension AESGCMRecords {
     }
 
     /// Encrypts straight into the record: no intermediate buffers.
-    private static func seal(
+    static func seal(
         _ plaintext: UnsafeRawBufferPointer,
         flags: UInt8,
         key: SymmetricKey,
@@ -323,7 +323,7 @@ extension AESGCMRecords {
     }
 
     /// Checks the tag and decrypts straight into `output`; `false` if the record is not authentic.
-    private static func open(
+    static func open(
         _ ciphertext: UnsafeRawBufferPointer,
         tag: UnsafeRawBufferPointer,
         flags: UnsafeRawBufferPointer,
@@ -352,8 +352,33 @@ extension AESGCMRecords {
 }
 #else
 extension AESGCMRecords {
-    /// CryptoKit's API (Apple systems): the sealed box is copied into the record.
-    private static func seal(
+    static func seal(
+        _ plaintext: UnsafeRawBufferPointer,
+        flags: UInt8,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        ciphertext: UnsafeMutableRawBufferPointer,
+        tag: UnsafeMutableRawBufferPointer
+    ) {
+        sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+    }
+
+    static func open(
+        _ ciphertext: UnsafeRawBufferPointer,
+        tag: UnsafeRawBufferPointer,
+        flags: UnsafeRawBufferPointer,
+        key: SymmetricKey,
+        nonce: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) -> Bool {
+        openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: output)
+    }
+}
+#endif
+
+extension AESGCMRecords {
+    /// Swift-crypto's Swift API, which is CryptoKit's on Apple systems: the sealed box is copied into the record.
+    static func sealWithSwiftAPI(
         _ plaintext: UnsafeRawBufferPointer,
         flags: UInt8,
         key: SymmetricKey,
@@ -370,7 +395,8 @@ extension AESGCMRecords {
         box.tag.withUnsafeBytes { tag.copyMemory(from: $0) }
     }
 
-    private static func open(
+    /// The Swift API's open, with the same copy out.
+    static func openWithSwiftAPI(
         _ ciphertext: UnsafeRawBufferPointer,
         tag: UnsafeRawBufferPointer,
         flags: UnsafeRawBufferPointer,
@@ -386,4 +412,3 @@ extension AESGCMRecords {
         return true
     }
 }
-#endif

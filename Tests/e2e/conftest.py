@@ -8,6 +8,7 @@ and a per-test alarm turns any hang that slips through into a failure rather tha
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,11 +38,32 @@ STOP_TIMEOUT_S = 5.0
 TEST_HANG_LIMIT_S = 90
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port that was free a moment ago. There is a small race before the child binds it; acceptable in tests."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that is free now, for a child to listen on.
+
+    Taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range), never twice in a run: a port the
+    kernel handed out with `bind(0)` comes from that range, so the source port of any connection a test opens in the
+    meantime (a gateway dialing its backend, a tunnel its controller) could take it before the child binds it."""
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    lowest = 10000 if low > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(lowest, low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def port_accepts(port: int) -> bool:

@@ -16,6 +16,7 @@ import gc
 import json
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -56,10 +57,29 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port below the kernel's ephemeral range, never twice in a run: a `bind(0)` port comes from that range,
+    where the source port of a connection opened meanwhile could take it before the child listens on it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    lowest = 10000 if low > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(lowest, low)
+        if port in HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20) -> None:
