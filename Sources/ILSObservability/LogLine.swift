@@ -21,12 +21,14 @@ public enum LogLineFormat: String, Sendable, CaseIterable {
 /// serialisation cost more than proxying the request the line is about.
 public enum LogLine {
     /// The line for `message` with `fields` in the order given (callers pass them sorted by key), ending in a newline.
+    /// `fields` is an array, not any sequence: a generic sequence from another module is iterated unspecialized, and
+    /// that allocated once per field, six times per access line.
     public static func encode(
         format: LogLineFormat,
         level: String,
         label: String,
         message: String,
-        fields: some Sequence<(key: String, value: String)>,
+        fields: [(key: String, value: String)],
         time: timespec = now()
     ) -> [UInt8] {
         var line: [UInt8] = []

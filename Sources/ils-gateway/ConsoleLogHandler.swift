@@ -30,7 +30,7 @@ struct ConsoleLogHandler: LogHandler {
         } else {
             merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
         }
-        let fields = merged.sorted { $0.key < $1.key }.lazy.map { (key: $0.key, value: $0.value.description) }
+        let fields = merged.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value.description) }
         let line = LogLine.encode(
             format: format,
             level: "\(event.level)",
