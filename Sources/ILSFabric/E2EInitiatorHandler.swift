@@ -27,6 +27,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
 
     private var state: State
     private var pending = PendingWrites()
+    private var batch = RecordBatch()
     private let service: String
 
     public init(credentials: E2EHandshake.Credentials, service: String) {
@@ -69,10 +70,14 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                     wrapOutboundOut(E2ERecordLayer.frame(finished, allocator: context.channel.allocator)),
                     promise: nil
                 )
-                let (writes, flush) = pending.drain()
-                for (buffer, promise) in writes { send(buffer, layer: layer, context: context, promise: promise) }
+                for write in pending.drain() {
+                    add(write.buffer, layer: layer, context: context, promise: write.promise)
+                    if write.flushAfter, let (plaintext, promise) = batch.drain() {
+                        send(plaintext, layer: layer, context: context, promise: promise)
+                    }
+                }
+                // Unflushed writes stay in the batch for the app's next flush, as they would on a ready circuit.
                 context.flush()
-                _ = flush
                 context.fireUserInboundEventTriggered(
                     E2EEstablishedEvent(
                         peer: PeerIdentity(id: session.peer.id, name: session.peer.name),
@@ -98,14 +103,17 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let buffer = unwrapOutboundIn(data)
         switch state {
-        case .established(let layer): send(buffer, layer: layer, context: context, promise: promise)
+        case .established(let layer): add(buffer, layer: layer, context: context, promise: promise)
         case .idle, .awaitingServerHello: pending.append(buffer, promise)
         case .failed: promise?.fail(ChannelError.ioOnClosedChannel)
         }
     }
 
     public func flush(context: ChannelHandlerContext) {
-        if case .established = state {
+        if case .established(let layer) = state {
+            if let (plaintext, promise) = batch.drain() {
+                send(plaintext, layer: layer, context: context, promise: promise)
+            }
             context.flush()
         } else {
             pending.requestFlush()
@@ -115,29 +123,54 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     /// A half-close from the app becomes the FINAL record, so the gateway can tell "done" from "cut".
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .output, case .established(let layer) = state {
-            layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) { record, _ in
-                context.write(wrapOutboundOut(record), promise: nil)
+            if let (plaintext, promise) = batch.drain() {
+                send(plaintext, layer: layer, context: context, promise: promise)
             }
+            send(ByteBuffer(), layer: layer, context: context, promise: nil, final: true)
             context.flush()
             promise?.succeed()
             return
         }
+        batch.fail(ChannelError.ioOnClosedChannel)
         context.close(mode: mode, promise: promise)
     }
 
-    private func send(
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        batch.fail(ChannelError.ioOnClosedChannel)
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        batch.fail(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+
+    /// Writes wait in `batch` for the flush, which seals them as one record (see `RecordBatch`).
+    private func add(
         _ buffer: ByteBuffer,
         layer: E2ERecordLayer,
         context: ChannelHandlerContext,
         promise: EventLoopPromise<Void>?
     ) {
-        layer.seal(buffer, allocator: context.channel.allocator) { record, isLast in
+        let (waiting, alone) = batch.add(buffer, promise: promise, allocator: context.channel.allocator)
+        if let waiting { send(waiting.plaintext, layer: layer, context: context, promise: waiting.promise) }
+        if let alone { send(alone.plaintext, layer: layer, context: context, promise: alone.promise) }
+    }
+
+    private func send(
+        _ plaintext: ByteBuffer,
+        layer: E2ERecordLayer,
+        context: ChannelHandlerContext,
+        promise: EventLoopPromise<Void>?,
+        final: Bool = false
+    ) {
+        layer.seal(plaintext, allocator: context.channel.allocator, final: final) { record, isLast in
             context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
         }
     }
 
     private func fail(_ context: ChannelHandlerContext, _ error: any Error) {
         state = .failed
+        batch.fail(error)
         pending.fail(error)
         context.fireErrorCaught(error)
         context.close(promise: nil)

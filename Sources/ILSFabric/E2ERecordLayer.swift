@@ -79,27 +79,94 @@ package struct E2ERecordLayer {
     }
 }
 
-/// Writes buffered while the handshake runs, released in order once it completes.
-struct PendingWrites {
-    private var writes: [(ByteBuffer, EventLoopPromise<Void>?)] = []
-    private(set) var flushRequested = false
+/// The plaintext written since the last flush, sealed as one record when the flush comes.
+///
+/// The layers above write a message in pieces: an HTTP response as its head, its body and its end, an SSE event as
+/// its chunk-size line, its data and a CRLF. Sealed write by write, one response or event was three records (one
+/// of them often empty), so three DATA frames through every hop, three seals and three opens. Nothing written
+/// leaves before a flush anyway, so small writes wait here for it; a write of `sealedAlone` bytes or more (bulk
+/// data) is sealed on its own at once, without being copied, after whatever waits. Holds nothing between flushes.
+package struct RecordBatch {
+    /// Writes at least this large are sealed as they come.
+    package static let sealedAlone = 16 * 1024
 
-    mutating func append(_ buffer: ByteBuffer, _ promise: EventLoopPromise<Void>?) {
-        writes.append((buffer, promise))
+    /// Plaintext to seal as one record, and the promise of its write.
+    package typealias Sealable = (plaintext: ByteBuffer, promise: EventLoopPromise<Void>?)
+
+    private var plaintext: ByteBuffer?
+    /// Completes when the batch's record has been written; later writes' promises are chained to it.
+    private var promise: EventLoopPromise<Void>?
+
+    package init() {}
+
+    /// Adds a write; returns what must be sealed now, in order: the waiting batch, then a large write on its own.
+    /// (Returned, not sealed from in here: writing a record can call back into the handler that owns the batch.)
+    package mutating func add(
+        _ buffer: ByteBuffer,
+        promise: EventLoopPromise<Void>?,
+        allocator: ByteBufferAllocator
+    ) -> (waiting: Sealable?, alone: Sealable?) {
+        let size = buffer.readableBytes
+        if size >= Self.sealedAlone {
+            return (drain(), (buffer, promise))
+        }
+        if size == 0, plaintext == nil {
+            // Nothing to seal (an encoder's empty end of message); only a promise needs its place in the order.
+            return (nil, promise.map { (buffer, $0) })
+        }
+        let waiting = (plaintext?.readableBytes ?? 0) + size > RecordLimits.maximumPlaintext ? drain() : nil
+        if plaintext == nil {
+            plaintext = allocator.buffer(capacity: max(size, 1024))
+        }
+        plaintext!.writeImmutableBuffer(buffer)
+        if let promise {
+            if let held = self.promise {
+                held.futureResult.cascade(to: promise)
+            } else {
+                self.promise = promise
+            }
+        }
+        return (waiting, nil)
     }
 
-    mutating func requestFlush() { flushRequested = true }
+    /// Takes what waits, to be sealed as one record.
+    package mutating func drain() -> Sealable? {
+        guard let plaintext else { return nil }
+        let promise = self.promise
+        self.plaintext = nil
+        self.promise = nil
+        return (plaintext, promise)
+    }
 
-    mutating func drain() -> (writes: [(ByteBuffer, EventLoopPromise<Void>?)], flush: Bool) {
-        defer {
-            writes = []
-            flushRequested = false
-        }
-        return (writes, flushRequested)
+    /// Drops what waits (the circuit closed before a flush), failing its writes as NIO fails unflushed writes.
+    package mutating func fail(_ error: any Error) {
+        let promise = self.promise
+        plaintext = nil
+        self.promise = nil
+        promise?.fail(error)
+    }
+}
+
+/// Writes buffered while the handshake runs, released in order once it completes, each with whether a flush came
+/// after it (so they are sealed into the same records they would have been had the circuit been ready).
+struct PendingWrites {
+    private var writes: [(buffer: ByteBuffer, promise: EventLoopPromise<Void>?, flushAfter: Bool)] = []
+
+    mutating func append(_ buffer: ByteBuffer, _ promise: EventLoopPromise<Void>?) {
+        writes.append((buffer, promise, false))
+    }
+
+    mutating func requestFlush() {
+        if !writes.isEmpty { writes[writes.count - 1].flushAfter = true }
+    }
+
+    mutating func drain() -> [(buffer: ByteBuffer, promise: EventLoopPromise<Void>?, flushAfter: Bool)] {
+        defer { writes = [] }
+        return writes
     }
 
     mutating func fail(_ error: any Error) {
-        for (_, promise) in writes { promise?.fail(error) }
+        for write in writes { write.promise?.fail(error) }
         writes = []
     }
 }

@@ -32,6 +32,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private var handshakeTimer: Scheduled<Void>?
     private let authorize: Authorize
     private let onEstablished: OnEstablished
+    private var batch = RecordBatch()
 
     public init(
         credentials: E2EHandshake.Credentials,
@@ -55,10 +56,12 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
+        batch.fail(ChannelError.ioOnClosedChannel)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
+        batch.fail(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
     }
 
@@ -120,14 +123,24 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         }
     }
 
+    /// Writes wait in `batch` for the flush, which seals them as one record (see `RecordBatch`).
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         guard case .established(let layer) = state else {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        layer.seal(unwrapOutboundIn(data), allocator: context.channel.allocator) { record, isLast in
-            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
+        let (waiting, alone) = batch.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator)
+        if let waiting { send(waiting.plaintext, layer: layer, context: context, promise: waiting.promise) }
+        if let alone { send(alone.plaintext, layer: layer, context: context, promise: alone.promise) }
+    }
+
+    public func flush(context: ChannelHandlerContext) {
+        if case .established(let layer) = state {
+            if let (plaintext, promise) = batch.drain() {
+                send(plaintext, layer: layer, context: context, promise: promise)
+            }
         }
+        context.flush()
     }
 
     /// Only a half-close (`mode: .output`) is a clean end and sends the FINAL record; a full close is abortive, so
@@ -135,12 +148,27 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .output, case .established(let layer) = state {
             // The FINAL record tells the device the response ended here, not that the circuit was cut.
-            layer.seal(ByteBuffer(), allocator: context.channel.allocator, final: true) { record, _ in
-                context.write(wrapOutboundOut(record), promise: nil)
+            if let (plaintext, promise) = batch.drain() {
+                send(plaintext, layer: layer, context: context, promise: promise)
             }
+            send(ByteBuffer(), layer: layer, context: context, promise: nil, final: true)
             context.flush()
             state = .failed
+        } else {
+            batch.fail(ChannelError.ioOnClosedChannel)
         }
         context.close(mode: mode, promise: promise)
+    }
+
+    private func send(
+        _ plaintext: ByteBuffer,
+        layer: E2ERecordLayer,
+        context: ChannelHandlerContext,
+        promise: EventLoopPromise<Void>?,
+        final: Bool = false
+    ) {
+        layer.seal(plaintext, allocator: context.channel.allocator, final: final) { record, isLast in
+            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
+        }
     }
 }
