@@ -73,7 +73,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                 for write in pending.drain() {
                     add(write.buffer, layer: layer, context: context, promise: write.promise)
                     if write.flushAfter, let (plaintext, promise) = batch.drain() {
-                        send(plaintext, layer: layer, context: context, promise: promise)
+                        layer.write(plaintext, promise: promise, to: context)
                     }
                 }
                 // Unflushed writes stay in the batch for the app's next flush, as they would on a ready circuit.
@@ -112,7 +112,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func flush(context: ChannelHandlerContext) {
         if case .established(let layer) = state {
             if let (plaintext, promise) = batch.drain() {
-                send(plaintext, layer: layer, context: context, promise: promise)
+                layer.write(plaintext, promise: promise, to: context)
             }
             context.flush()
         } else {
@@ -124,9 +124,9 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .output, case .established(let layer) = state {
             if let (plaintext, promise) = batch.drain() {
-                send(plaintext, layer: layer, context: context, promise: promise)
+                layer.write(plaintext, promise: promise, to: context)
             }
-            send(ByteBuffer(), layer: layer, context: context, promise: nil, final: true)
+            layer.write(ByteBuffer(), final: true, promise: nil, to: context)
             context.flush()
             promise?.succeed()
             return
@@ -152,20 +152,8 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         promise: EventLoopPromise<Void>?
     ) {
         let (waiting, alone) = batch.add(buffer, promise: promise, allocator: context.channel.allocator)
-        if let waiting { send(waiting.plaintext, layer: layer, context: context, promise: waiting.promise) }
-        if let alone { send(alone.plaintext, layer: layer, context: context, promise: alone.promise) }
-    }
-
-    private func send(
-        _ plaintext: ByteBuffer,
-        layer: E2ERecordLayer,
-        context: ChannelHandlerContext,
-        promise: EventLoopPromise<Void>?,
-        final: Bool = false
-    ) {
-        layer.seal(plaintext, allocator: context.channel.allocator, final: final) { record, isLast in
-            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
-        }
+        if let waiting { layer.write(waiting.plaintext, promise: waiting.promise, to: context) }
+        if let alone { layer.write(alone.plaintext, promise: alone.promise, to: context) }
     }
 
     private func fail(_ context: ChannelHandlerContext, _ error: any Error) {

@@ -44,6 +44,19 @@ package struct E2ERecordLayer {
         } while remaining.readableBytes > 0
     }
 
+    /// Seals `plaintext` and writes the framed records through `context` (a handler whose outbound type is
+    /// `ByteBuffer`), `promise` completing with the last.
+    package func write(
+        _ plaintext: ByteBuffer,
+        final: Bool = false,
+        promise: EventLoopPromise<Void>?,
+        to context: ChannelHandlerContext
+    ) {
+        seal(plaintext, allocator: context.channel.allocator, final: final) { record, isLast in
+            context.write(NIOAny(record), promise: isLast ? promise : nil)
+        }
+    }
+
     /// Opens one record (a frame body from `FrameDecoder`).
     package func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (
         ByteBuffer, final: Bool

@@ -130,14 +130,14 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             return
         }
         let (waiting, alone) = batch.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator)
-        if let waiting { send(waiting.plaintext, layer: layer, context: context, promise: waiting.promise) }
-        if let alone { send(alone.plaintext, layer: layer, context: context, promise: alone.promise) }
+        if let waiting { layer.write(waiting.plaintext, promise: waiting.promise, to: context) }
+        if let alone { layer.write(alone.plaintext, promise: alone.promise, to: context) }
     }
 
     public func flush(context: ChannelHandlerContext) {
         if case .established(let layer) = state {
             if let (plaintext, promise) = batch.drain() {
-                send(plaintext, layer: layer, context: context, promise: promise)
+                layer.write(plaintext, promise: promise, to: context)
             }
         }
         context.flush()
@@ -149,26 +149,14 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         if mode == .output, case .established(let layer) = state {
             // The FINAL record tells the device the response ended here, not that the circuit was cut.
             if let (plaintext, promise) = batch.drain() {
-                send(plaintext, layer: layer, context: context, promise: promise)
+                layer.write(plaintext, promise: promise, to: context)
             }
-            send(ByteBuffer(), layer: layer, context: context, promise: nil, final: true)
+            layer.write(ByteBuffer(), final: true, promise: nil, to: context)
             context.flush()
             state = .failed
         } else {
             batch.fail(ChannelError.ioOnClosedChannel)
         }
         context.close(mode: mode, promise: promise)
-    }
-
-    private func send(
-        _ plaintext: ByteBuffer,
-        layer: E2ERecordLayer,
-        context: ChannelHandlerContext,
-        promise: EventLoopPromise<Void>?,
-        final: Bool = false
-    ) {
-        layer.seal(plaintext, allocator: context.channel.allocator, final: final) { record, isLast in
-            context.write(wrapOutboundOut(record), promise: isLast ? promise : nil)
-        }
     }
 }
