@@ -129,7 +129,8 @@ package struct RecordBatch {
         }
         let waiting = (plaintext?.readableBytes ?? 0) + size > RecordLimits.maximumPlaintext ? drain() : nil
         if plaintext == nil {
-            plaintext = allocator.buffer(capacity: max(size, 1024))
+            // Room for a response head and a small body without growing (a growth is a second allocation and copy).
+            plaintext = allocator.buffer(capacity: max(size, 4096))
         }
         plaintext!.writeImmutableBuffer(buffer)
         if let promise {
