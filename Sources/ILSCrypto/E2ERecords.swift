@@ -233,7 +233,11 @@ struct AESGCMRecords {
             rebasing: output[(1 + plaintext.count)..<(E2ERecord.overhead + plaintext.count)]
         )
         withNextNonce { nonce, key in
-            Self.seal(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+            #if canImport(CCryptoBoringSSL)
+            Self.sealInPlace(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+            #else
+            Self.sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+            #endif
         }
     }
 
@@ -246,15 +250,16 @@ struct AESGCMRecords {
             record[0] & ~Self.finalFlag == 0
         else { throw SecretStream.invalidRecord }
         let length = record.count - E2ERecord.overhead
+        let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])
+        let tag = UnsafeRawBufferPointer(rebasing: record[(1 + length)...])
+        let flags = UnsafeRawBufferPointer(rebasing: record[0..<1])
+        let plaintext = UnsafeMutableRawBufferPointer(rebasing: output[..<length])
         let opened = withNextNonce { nonce, key in
-            Self.open(
-                UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)]),
-                tag: UnsafeRawBufferPointer(rebasing: record[(1 + length)...]),
-                flags: UnsafeRawBufferPointer(rebasing: record[0..<1]),
-                key: key,
-                nonce: nonce,
-                into: UnsafeMutableRawBufferPointer(rebasing: output[..<length])
-            )
+            #if canImport(CCryptoBoringSSL)
+            Self.openInPlace(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
+            #else
+            Self.openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
+            #endif
         }
         guard opened else { throw SecretStream.invalidRecord }
         return record[0] == Self.finalFlag
@@ -288,7 +293,7 @@ extension AESGCMRecords {
     }
 
     /// Encrypts straight into the record: no intermediate buffers.
-    static func seal(
+    static func sealInPlace(
         _ plaintext: UnsafeRawBufferPointer,
         flags: UInt8,
         key: SymmetricKey,
@@ -323,7 +328,7 @@ extension AESGCMRecords {
     }
 
     /// Checks the tag and decrypts straight into `output`; `false` if the record is not authentic.
-    static func open(
+    static func openInPlace(
         _ ciphertext: UnsafeRawBufferPointer,
         tag: UnsafeRawBufferPointer,
         flags: UnsafeRawBufferPointer,
@@ -348,30 +353,6 @@ extension AESGCMRecords {
                 ) == 1
             }
         }
-    }
-}
-#else
-extension AESGCMRecords {
-    static func seal(
-        _ plaintext: UnsafeRawBufferPointer,
-        flags: UInt8,
-        key: SymmetricKey,
-        nonce: UnsafeRawBufferPointer,
-        ciphertext: UnsafeMutableRawBufferPointer,
-        tag: UnsafeMutableRawBufferPointer
-    ) {
-        sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
-    }
-
-    static func open(
-        _ ciphertext: UnsafeRawBufferPointer,
-        tag: UnsafeRawBufferPointer,
-        flags: UnsafeRawBufferPointer,
-        key: SymmetricKey,
-        nonce: UnsafeRawBufferPointer,
-        into output: UnsafeMutableRawBufferPointer
-    ) -> Bool {
-        openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: output)
     }
 }
 #endif
