@@ -1,3 +1,5 @@
+import ILSCore
+import ILSCrypto
 import ILSFabric
 import ILSTesting
 import NIOConcurrencyHelpers
@@ -100,6 +102,80 @@ struct RecordBatchTests {
             // The gateway's ServerHello, then one record for the whole response.
             #expect(counter.frames == 2)
             await connection.close()
+        }
+    }
+}
+
+extension RecordBatchTests {
+    @Test("bytes written without a flush still go, before the FINAL record, when the device half-closes")
+    func halfCloseSendsWhatWaits() throws {
+        let authority = try CertificateAuthority.create(name: "test CA")
+        let received = NIOLockedValueBox((bytes: "", ended: false))
+        let device = EmbeddedChannel(handlers: [
+            ByteToMessageHandler(FrameDecoder()),
+            E2EInitiatorHandler(
+                credentials: try TestIdentities.credentials(authority, name: "ipad", role: .device),
+                service: "claude-api"
+            ),
+        ])
+        let gateway = EmbeddedChannel(
+            handlers: [
+                ByteToMessageHandler(FrameDecoder()),
+                E2EResponderHandler(
+                    credentials: try TestIdentities.credentials(authority, name: "gw", role: .gateway),
+                    authorize: { _, _ in .allow },
+                    onEstablished: { channel, _ in
+                        try channel.pipeline.syncOperations.addHandler(Collector(received: received))
+                    }
+                ),
+            ],
+            loop: device.embeddedEventLoop
+        )
+        defer {
+            _ = try? device.finish()
+            _ = try? gateway.finish()
+        }
+        try device.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try gateway.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
+        try Self.pump(device, gateway)
+        device.write(ByteBuffer(string: "hello, "), promise: nil)
+        device.write(ByteBuffer(string: "gateway"), promise: nil)
+        device.close(mode: .output, promise: nil)
+        try Self.pump(device, gateway)
+        #expect(received.withLockedValue { $0.bytes } == "hello, gateway")
+        #expect(received.withLockedValue { $0.ended })
+    }
+
+    /// Moves bytes both ways until neither side has anything left to send.
+    static func pump(_ first: EmbeddedChannel, _ second: EmbeddedChannel) throws {
+        var moved = true
+        while moved {
+            moved = false
+            while let bytes = try first.readOutbound(as: ByteBuffer.self) {
+                try second.writeInbound(bytes)
+                moved = true
+            }
+            while let bytes = try second.readOutbound(as: ByteBuffer.self) {
+                try first.writeInbound(bytes)
+                moved = true
+            }
+        }
+    }
+
+    /// What the gateway's side of the circuit hands up: the plaintext, and whether the FINAL record came.
+    final class Collector: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        let received: NIOLockedValueBox<(bytes: String, ended: Bool)>
+
+        init(received: NIOLockedValueBox<(bytes: String, ended: Bool)>) { self.received = received }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let text = String(buffer: unwrapInboundIn(data))
+            received.withLockedValue { $0.bytes += text }
+        }
+
+        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+            if case ChannelEvent.inputClosed = event { received.withLockedValue { $0.ended = true } }
         }
     }
 }
