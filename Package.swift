@@ -254,6 +254,7 @@ let package = Package(
         .executableTarget(
             name: "ils-bench",
             dependencies: [
+                "ILSFabric",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

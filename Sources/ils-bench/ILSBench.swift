@@ -7,7 +7,7 @@ struct ILSBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ils-bench",
         abstract: "Benchmark backend and load clients for deploy/bench/run.py.",
-        subcommands: [Backend.self, SSE.self]
+        subcommands: [Backend.self, SSE.self, Relay.self]
     )
 
     struct Backend: ParsableCommand {
@@ -20,6 +20,19 @@ struct ILSBench: ParsableCommand {
         @Option(help: "Event-loop threads.") var threads = 2
 
         func run() throws { try BenchBackend.run(host: host, port: port, threads: threads) }
+    }
+
+    struct Relay: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Relay TCP from HOST:PORT to HOST:TARGET, plain and on one event loop (the benchmark's NIO floor).",
+            discussion: "Example: ils-bench relay --port 9001 --target 9000"
+        )
+        @Option(help: "Address to listen on and to connect to.") var host = "127.0.0.1"
+        @Option(help: "Port to listen on.") var port: Int
+        @Option(help: "Port to relay each connection to.") var target: Int
+
+        func run() throws { try PlainRelay.run(host: host, port: port, target: target) }
     }
 
     struct SSE: ParsableCommand {

@@ -355,6 +355,30 @@ LogLevel ERROR
 """
 
 
+# Reference relays that do nothing but copy bytes: what the hops of a path cost before any work is done in them.
+# "relay x2 (socat)" has the shape of `ssh -R` (sshd + ssh), "relay x3 (socat)" the shape of the overlay (tunnel,
+# controller, gateway); "relay x3 (NIO)" is three plain SwiftNIO relays (`ils-bench relay`: no TLS, no HTTP/2, no
+# records), and "relay x1 (NIO)" the least a proxy on SwiftNIO costs per request (it parses nothing).
+FLOORS = {"relay x2 (socat)": ("socat", 2), "relay x3 (socat)": ("socat", 3), "relay x3 (NIO)": ("nio", 3),
+          "relay x1 (NIO)": ("nio", 1)}
+
+
+def start_floors(s: Setup) -> None:
+    for name, (kind, hops) in FLOORS.items():
+        target = s.backend_port
+        for hop in range(hops):
+            port = free_port()
+            if kind == "socat":
+                args = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay",
+                        f"TCP:127.0.0.1:{target},nodelay"]
+            else:
+                args = [str(s.bench), "relay", "--port", str(port), "--target", str(target)]
+            proc = start(args, s.work / f"floor-{kind}-{hops}-{hop}.log", s.work)
+            wait_port(port, proc)
+            target = port
+        s.paths[name] = Path_(name, target)
+
+
 def start_ssh(s: Setup) -> str:
     ssh_port, forward_port = free_port(), free_port()
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
@@ -644,7 +668,8 @@ def main() -> int:
     parser.add_argument("--latency-count", type=int, default=3000)
     parser.add_argument("--revocations", type=int, default=20)
     parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated measurement names to run (default all)")
+    parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, sse, revocation, "
+                        "restart, floors (default all)")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
@@ -665,6 +690,8 @@ def main() -> int:
     start_http_mode(s, cert, key)
     start_nginx(s, cert, key)
     order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "ils-https", "nginx-https"]
+    if want("floors"):
+        start_floors(s)
 
     size = args.size_mib * MIB
     source = Path("/dev/shm") / f"ils-bench-upload-{os.getpid()}.bin"
@@ -686,10 +713,19 @@ def main() -> int:
                 print(f"   {name}: download {samples[name]['download'][-1]:.0f} MiB/s, "
                       f"upload {samples[name]['upload'][-1]:.0f} MiB/s", flush=True)
 
-    for name in order:
+    for name in order + (list(FLOORS) if want("floors") else []):
         p = s.paths[name]
         row: dict = {}
         print(f"== {name} ({p.url})", flush=True)
+        if name in FLOORS:
+            # Floors: latency on the same terms as the paths (and requests/s for the single NIO relay) only.
+            row["latency"] = latency(p, args.latency_count)
+            print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
+            if name == "relay x1 (NIO)":
+                row["rps"] = wrk(p, args.seconds, 32, close=False)
+                print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections)", flush=True)
+            results.setdefault("floors", {})[name] = row
+            continue
         if want("throughput"):
             row["download_mib_s"] = statistics.median(samples[name]["download"])
             row["upload_mib_s"] = statistics.median(samples[name]["upload"])

@@ -1,0 +1,45 @@
+import ILSFabric
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A plain TCP relay on SwiftNIO, for the benchmark's floor rows: accepts on one port, connects each client to the
+/// target and splices the two sockets with `GlueHandler` on one event loop (a half-close passes through). No TLS, no HTTP/2, no end-to-end records:
+/// what is left is one NIO read and one NIO write per message per hop, the least any relay hop built on NIO costs.
+enum PlainRelay {
+    static func run(host: String, port: Int, target: Int) throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let channel = try ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.autoRead, value: false)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelInitializer { client in
+                ClientBootstrap(group: client.eventLoop)
+                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(.allowRemoteHalfClosure, value: true)
+                    .connect(host: host, port: target)
+                    .flatMap { upstream in
+                        let (toUpstream, toClient) = GlueHandler.matchedPair()
+                        return client.eventLoop.makeCompletedFuture {
+                            try client.pipeline.syncOperations.addHandler(toUpstream)
+                            try upstream.pipeline.syncOperations.addHandler(toClient)
+                            // Reads start once the pair is glued (nothing read before has anywhere to go).
+                            try client.syncOptions?.setOption(.autoRead, value: true)
+                        }.flatMapError { error in
+                            upstream.close(promise: nil)
+                            return client.eventLoop.makeFailedFuture(error)
+                        }
+                    }
+            }
+            .bind(host: host, port: port)
+            .wait()
+        print("ils-bench relay listening on \(channel.localAddress?.description ?? "?") to port \(target)")
+        fflush(nil)
+        try channel.closeFuture.wait()
+    }
+}

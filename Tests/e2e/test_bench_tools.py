@@ -1,0 +1,161 @@
+"""The benchmark's own parts can fail: `ils-bench relay` (the NIO floor row) carries bytes both ways, passes a
+half-close on, and drops a client it cannot connect onwards instead of holding it; deploy/bench/report.py puts the
+floor rows in the table and next to the targets they bound.
+
+Real processes on 127.0.0.1 (ils-bench from the same build as ILS_BIN), a Python echo server; a few seconds."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, free_port, port_accepts
+
+sys.path.insert(0, str(REPO_ROOT / "deploy" / "bench"))
+import report  # noqa: E402
+
+
+@pytest.fixture
+def bench_bin(ils_bin: Path) -> Path:
+    path = ils_bin.parent / "ils-bench"
+    if not path.is_file():
+        pytest.fail(f"ils-bench not built next to {ils_bin} (`swift build` builds both)", pytrace=False)
+    return path
+
+
+def wait_accepting(port: int, proc: subprocess.Popen) -> None:
+    for _ in range(500):
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args} exited with {proc.returncode}")
+        if port_accepts(port):
+            return
+        threading.Event().wait(0.02)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+@pytest.fixture
+def spawn() -> Iterator:
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(list(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+class EchoServer:
+    """Echoes what it reads; on the client's EOF it sends `bye` and closes its side (a half-close must arrive)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+                conn.sendall(b"bye")
+
+
+def read_until_eof(sock: socket.socket) -> bytes:
+    out = b""
+    while data := sock.recv(65536):
+        out += data
+    return out
+
+
+def test_relay_carries_bytes_both_ways_and_passes_the_half_close_on(bench_bin: Path, spawn) -> None:
+    echo = EchoServer()
+    port = free_port()
+    wait_accepting(port, spawn(str(bench_bin), "relay", "--port", str(port), "--target", str(echo.port)))
+    payload = bytes(range(256)) * 4096  # 1 MiB: several reads and writes each way, with backpressure
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sender = threading.Thread(target=lambda: (sock.sendall(payload), sock.shutdown(socket.SHUT_WR)))
+        sender.start()
+        got = read_until_eof(sock)
+        sender.join(timeout=10)
+    # Everything came back in order, then the server's words after our EOF reached it, then its EOF reached us.
+    assert got == payload + b"bye"
+    echo.listener.close()
+
+
+def test_relay_serves_http_keep_alive_through_to_the_bench_backend(bench_bin: Path, spawn) -> None:
+    backend, port = free_port(), free_port()
+    wait_accepting(backend, spawn(str(bench_bin), "backend", "--port", str(backend), "--threads", "1"))
+    wait_accepting(port, spawn(str(bench_bin), "relay", "--port", str(port), "--target", str(backend)))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n")
+            data = b""
+            while not (b"\r\n\r\n" in data and len(data.partition(b"\r\n\r\n")[2]) >= 1024):
+                chunk = sock.recv(65536)
+                assert chunk, "the relay closed a keep-alive connection"
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            assert body == b"x" * 1024
+
+
+def test_relay_closes_a_client_it_cannot_connect_onwards(bench_bin: Path, spawn) -> None:
+    nowhere, port = free_port(), free_port()
+    relay = spawn(str(bench_bin), "relay", "--port", str(port), "--target", str(nowhere))
+    wait_accepting(port, relay)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"hello")
+        # Closed (an EOF, or a reset since "hello" was never read), not held open: a hang fails on the timeout.
+        try:
+            assert read_until_eof(sock) == b""
+        except ConnectionResetError:
+            pass
+    assert relay.poll() is None, "one failed connection must not stop the relay"
+
+
+def results_with_floors() -> dict:
+    latency = lambda p50: {"p50_us": p50, "p99_us": p50 * 2, "max_us": p50 * 3, "count": 100}  # noqa: E731
+    return {
+        "machine": {"cpu": "test", "cores": 2, "memory_gib": 1, "kernel": "6", "versions": {}},
+        "config": {"size_mib": 1, "latency_count": 100, "seconds": 1, "streams": 10, "revocations": 1},
+        "duration_s": 1.0,
+        "paths": {
+            "direct": {"latency": latency(60), "rps": 80000},
+            "overlay": {"latency": latency(460), "rps": 12000},
+            "ssh -R": {"latency": latency(220), "rps": 7000},
+            "ils-http": {"latency": latency(170), "rps": 30000},
+            "nginx-http": {"latency": latency(140), "rps": 40000},
+        },
+        "floors": {
+            "relay x2 (socat)": {"latency": latency(190)},
+            "relay x3 (socat)": {"latency": latency(251)},
+            "relay x3 (NIO)": {"latency": latency(275)},
+            "relay x1 (NIO)": {"latency": latency(130), "rps": 44000},
+        },
+    }
+
+
+def test_report_shows_the_floors_and_puts_them_next_to_the_targets_they_bound() -> None:
+    text = report.render(results_with_floors())
+    assert "### Floors: relays that only copy bytes (same run)" in text
+    assert "| relay x3 (socat) | 251 | 191 | – |" in text
+    assert "| relay x1 (NIO) | 130 | 70 | 44,000 |" in text
+    assert "400 µs vs 160 µs (three relays that only copy bytes: 191 µs)" in text
+    assert "0.75× (a plain NIO relay: 1.10× of nginx's requests/s)" in text
+    without = results_with_floors()
+    del without["floors"]
+    assert "Floors" not in report.render(without)
