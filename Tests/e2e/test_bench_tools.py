@@ -158,4 +158,4 @@ def test_report_shows_the_floors_and_puts_them_next_to_the_targets_they_bound() 
     assert "0.75× (a plain NIO relay: 1.10× of nginx's requests/s)" in text
     without = results_with_floors()
     del without["floors"]
-    assert "Floors" not in report.render(without)
+    assert "### Floors" not in report.render(without)
