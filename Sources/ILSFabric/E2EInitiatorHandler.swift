@@ -28,6 +28,20 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     private var state: State
     private var pending = PendingWrites()
     private var batch = RecordBatch()
+    /// The app's side of the circuit. A half-close before the handshake completed (the tunnel reads a client's
+    /// request and its end of file together, while the handshake's round trip is still out) waits for it, with its
+    /// promise: the FINAL record goes once the handshake is done, after the writes held before it. Writes after a
+    /// half-close fail, as on a socket.
+    private enum Output {
+        case open
+        case halfCloseRequested(EventLoopPromise<Void>?)
+        case closed
+
+        var isOpen: Bool {
+            if case .open = self { true } else { false }
+        }
+    }
+    private var output = Output.open
     private let service: String
 
     public init(credentials: E2EHandshake.Credentials, service: String) {
@@ -76,7 +90,11 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                         layer.write(plaintext, promise: promise, to: context)
                     }
                 }
-                // Unflushed writes stay in the batch for the app's next flush, as they would on a ready circuit.
+                // Unflushed writes stay in the batch for the app's next flush, as they would on a ready circuit,
+                // unless the app has half-closed meanwhile: then they go now, and the FINAL record after them.
+                if case .halfCloseRequested(let promise) = output {
+                    sendFinal(layer: layer, context: context, promise: promise)
+                }
                 context.flush()
                 context.fireUserInboundEventTriggered(
                     E2EEstablishedEvent(
@@ -103,6 +121,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let buffer = unwrapOutboundIn(data)
         switch state {
+        case _ where !output.isOpen: promise?.fail(ChannelError.outputClosed)
         case .established(let layer): add(buffer, layer: layer, context: context, promise: promise)
         case .idle, .awaitingServerHello: pending.append(buffer, promise)
         case .failed: promise?.fail(ChannelError.ioOnClosedChannel)
@@ -121,26 +140,63 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     }
 
     /// A half-close from the app becomes the FINAL record, so the gateway can tell "done" from "cut".
+    /// Before the handshake completes the half-close waits for it (see `Output`); passing it down would end the
+    /// stream before the writes held for the handshake.
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if mode == .output, case .established(let layer) = state {
-            if let (plaintext, promise) = batch.drain() {
-                layer.write(plaintext, promise: promise, to: context)
+        if mode == .output {
+            switch (state, output) {
+            case (.failed, _):
+                break
+            case (_, .closed):
+                promise?.succeed()
+                return
+            case (_, .halfCloseRequested(let held)):
+                if let promise {
+                    if let held {
+                        held.futureResult.cascade(to: promise)
+                    } else {
+                        output = .halfCloseRequested(promise)
+                    }
+                }
+                return
+            case (.established(let layer), .open):
+                sendFinal(layer: layer, context: context, promise: promise)
+                return
+            case (.idle, .open), (.awaitingServerHello, .open):
+                output = .halfCloseRequested(promise)
+                return
             }
-            layer.write(ByteBuffer(), final: true, promise: nil, to: context)
-            context.flush()
-            promise?.succeed()
-            return
         }
         batch.fail(ChannelError.ioOnClosedChannel)
+        failHalfClose(ChannelError.ioOnClosedChannel)
         context.close(mode: mode, promise: promise)
+    }
+
+    /// What waits in the batch, then the FINAL record, flushed.
+    private func sendFinal(layer: E2ERecordLayer, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
+        output = .closed
+        if let (plaintext, promise) = batch.drain() {
+            layer.write(plaintext, promise: promise, to: context)
+        }
+        layer.write(ByteBuffer(), final: true, promise: nil, to: context)
+        context.flush()
+        promise?.succeed()
+    }
+
+    private func failHalfClose(_ error: any Error) {
+        guard case .halfCloseRequested(let promise) = output else { return }
+        output = .closed
+        promise?.fail(error)
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         batch.fail(ChannelError.ioOnClosedChannel)
+        failHalfClose(ChannelError.ioOnClosedChannel)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
         batch.fail(ChannelError.ioOnClosedChannel)
+        failHalfClose(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
     }
 
@@ -160,6 +216,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         state = .failed
         batch.fail(error)
         pending.fail(error)
+        failHalfClose(error)
         context.fireErrorCaught(error)
         context.close(promise: nil)
     }

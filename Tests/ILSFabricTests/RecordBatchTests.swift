@@ -107,8 +107,11 @@ struct RecordBatchTests {
 }
 
 extension RecordBatchTests {
-    @Test("bytes written without a flush still go, before the FINAL record, when the device half-closes")
-    func halfCloseSendsWhatWaits() throws {
+    @Test(
+        "bytes written without a flush still go, before the FINAL record, when the device half-closes (also before the handshake is done)",
+        arguments: [true, false]
+    )
+    func halfCloseSendsWhatWaits(handshakeFirst: Bool) throws {
         let authority = try CertificateAuthority.create(name: "test CA")
         let received = NIOLockedValueBox((bytes: "", ended: false))
         let device = EmbeddedChannel(handlers: [
@@ -137,13 +140,29 @@ extension RecordBatchTests {
         }
         try device.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         try gateway.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
-        try Self.pump(device, gateway)
+        // Before the handshake is done, the device's writes and its half-close are held for it (the tunnel reads a
+        // client's request and end of file together, while the handshake's round trip is still out).
+        if handshakeFirst { try Self.pump(device, gateway) }
         device.write(ByteBuffer(string: "hello, "), promise: nil)
         device.write(ByteBuffer(string: "gateway"), promise: nil)
-        device.close(mode: .output, promise: nil)
+        // The half-close succeeds; a write after it fails (as on a socket) and sends nothing.
+        let outcomes = NIOLockedValueBox((halfClose: "pending", late: "pending"))
+        let halfClosed = device.eventLoop.makePromise(of: Void.self)
+        halfClosed.futureResult.whenComplete { result in
+            outcomes.withLockedValue { $0.halfClose = (try? result.get()) != nil ? "succeeded" : "failed" }
+        }
+        device.close(mode: .output, promise: halfClosed)
+        let late = device.eventLoop.makePromise(of: Void.self)
+        late.futureResult.whenComplete { result in
+            outcomes.withLockedValue { $0.late = (try? result.get()) != nil ? "succeeded" : "failed" }
+        }
+        device.writeAndFlush(ByteBuffer(string: "after the end"), promise: late)
         try Self.pump(device, gateway)
+        device.embeddedEventLoop.run()
         #expect(received.withLockedValue { $0.bytes } == "hello, gateway")
         #expect(received.withLockedValue { $0.ended })
+        #expect(outcomes.withLockedValue { $0.halfClose } == "succeeded")
+        #expect(outcomes.withLockedValue { $0.late } == "failed")
     }
 
     /// Moves bytes both ways until neither side has anything left to send.
