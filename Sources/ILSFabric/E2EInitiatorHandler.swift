@@ -150,14 +150,11 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
             case (_, .closed):
                 promise?.succeed()
                 return
-            case (_, .halfCloseRequested(let held)):
-                if let promise {
-                    if let held {
-                        held.futureResult.cascade(to: promise)
-                    } else {
-                        output = .halfCloseRequested(promise)
-                    }
-                }
+            case (_, .halfCloseRequested(nil)):
+                output = .halfCloseRequested(promise)
+                return
+            case (_, .halfCloseRequested(let held?)):
+                if let promise { held.futureResult.cascade(to: promise) }
                 return
             case (.established(let layer), .open):
                 sendFinal(layer: layer, context: context, promise: promise)
@@ -167,8 +164,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                 return
             }
         }
-        batch.fail(ChannelError.ioOnClosedChannel)
-        failHalfClose(ChannelError.ioOnClosedChannel)
+        dropOutput(ChannelError.ioOnClosedChannel)
         context.close(mode: mode, promise: promise)
     }
 
@@ -183,20 +179,21 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         promise?.succeed()
     }
 
-    private func failHalfClose(_ error: any Error) {
-        guard case .halfCloseRequested(let promise) = output else { return }
-        output = .closed
-        promise?.fail(error)
+    /// Fails what waits for a flush and a half-close waiting for the handshake: the circuit is going away.
+    private func dropOutput(_ error: any Error) {
+        batch.fail(error)
+        if case .halfCloseRequested(let promise) = output {
+            output = .closed
+            promise?.fail(error)
+        }
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
-        batch.fail(ChannelError.ioOnClosedChannel)
-        failHalfClose(ChannelError.ioOnClosedChannel)
+        dropOutput(ChannelError.ioOnClosedChannel)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
-        batch.fail(ChannelError.ioOnClosedChannel)
-        failHalfClose(ChannelError.ioOnClosedChannel)
+        dropOutput(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
     }
 
@@ -214,9 +211,8 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
 
     private func fail(_ context: ChannelHandlerContext, _ error: any Error) {
         state = .failed
-        batch.fail(error)
+        dropOutput(error)
         pending.fail(error)
-        failHalfClose(error)
         context.fireErrorCaught(error)
         context.close(promise: nil)
     }

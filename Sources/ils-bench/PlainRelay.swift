@@ -7,8 +7,9 @@ import Glibc
 #endif
 
 /// A plain TCP relay on SwiftNIO, for the benchmark's floor rows: accepts on one port, connects each client to the
-/// target and splices the two sockets with `GlueHandler` on one event loop (a half-close passes through). No TLS, no HTTP/2, no end-to-end records:
-/// what is left is one NIO read and one NIO write per message per hop, the least any relay hop built on NIO costs.
+/// target and splices the two sockets with `GlueHandler` on one event loop (a half-close passes through). No TLS, no
+/// HTTP/2, no end-to-end records: what is left is one NIO read and one NIO write per message per hop, the least any
+/// relay hop built on NIO costs.
 enum PlainRelay {
     static func run(host: String, port: Int, target: Int) throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

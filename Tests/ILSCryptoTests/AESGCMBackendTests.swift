@@ -41,29 +41,12 @@ struct AESGCMBackendTests {
             ciphertext: [UInt8](repeating: 0, count: plaintext.count),
             tag: [UInt8](repeating: 0, count: 16)
         )
+        let seal = swiftAPI ? AESGCMRecords.sealWithSwiftAPI : AESGCMRecords.sealInPlace
         plaintext.withUnsafeBytes { plaintext in
             nonce.withUnsafeBytes { nonce in
                 sealed.ciphertext.withUnsafeMutableBytes { ciphertext in
                     sealed.tag.withUnsafeMutableBytes { tag in
-                        if swiftAPI {
-                            AESGCMRecords.sealWithSwiftAPI(
-                                plaintext,
-                                flags: flags,
-                                key: key,
-                                nonce: nonce,
-                                ciphertext: ciphertext,
-                                tag: tag
-                            )
-                        } else {
-                            AESGCMRecords.sealInPlace(
-                                plaintext,
-                                flags: flags,
-                                key: key,
-                                nonce: nonce,
-                                ciphertext: ciphertext,
-                                tag: tag
-                            )
-                        }
+                        seal(plaintext, flags, key, nonce, ciphertext, tag)
                     }
                 }
             }
@@ -74,28 +57,13 @@ struct AESGCMBackendTests {
     static func open(_ sealed: Sealed, flags: UInt8, key: SymmetricKey, nonce: [UInt8], swiftAPI: Bool) -> [UInt8]? {
         var output = [UInt8](repeating: 0, count: sealed.ciphertext.count)
         let flagBytes = [flags]
+        let open = swiftAPI ? AESGCMRecords.openWithSwiftAPI : AESGCMRecords.openInPlace
         let opened = sealed.ciphertext.withUnsafeBytes { ciphertext in
             sealed.tag.withUnsafeBytes { tag in
                 flagBytes.withUnsafeBytes { flags in
                     nonce.withUnsafeBytes { nonce in
                         output.withUnsafeMutableBytes { output in
-                            swiftAPI
-                                ? AESGCMRecords.openWithSwiftAPI(
-                                    ciphertext,
-                                    tag: tag,
-                                    flags: flags,
-                                    key: key,
-                                    nonce: nonce,
-                                    into: output
-                                )
-                                : AESGCMRecords.openInPlace(
-                                    ciphertext,
-                                    tag: tag,
-                                    flags: flags,
-                                    key: key,
-                                    nonce: nonce,
-                                    into: output
-                                )
+                            open(ciphertext, tag, flags, key, nonce, output)
                         }
                     }
                 }

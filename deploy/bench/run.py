@@ -361,6 +361,7 @@ LogLevel ERROR
 # records), and "relay x1 (NIO)" the least a proxy on SwiftNIO costs per request (it parses nothing).
 FLOORS = {"relay x2 (socat)": ("socat", 2), "relay x3 (socat)": ("socat", 3), "relay x3 (NIO)": ("nio", 3),
           "relay x1 (NIO)": ("nio", 1)}
+FLOOR_RPS = "relay x1 (NIO)"
 
 
 def start_floors(s: Setup) -> None:
@@ -715,34 +716,27 @@ def main() -> int:
 
     for name in order + (list(FLOORS) if want("floors") else []):
         p = s.paths[name]
+        floor = name in FLOORS
         row: dict = {}
         print(f"== {name} ({p.url})", flush=True)
-        if name in FLOORS:
-            # Floors: latency on the same terms as the paths (and requests/s for the single NIO relay) only.
-            row["latency"] = latency(p, args.latency_count)
-            print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
-            if name == "relay x1 (NIO)":
-                row["rps"] = wrk(p, args.seconds, 32, close=False)
-                print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections)", flush=True)
-            results.setdefault("floors", {})[name] = row
-            continue
-        if want("throughput"):
+        # Floors are measured on the paths' terms, but only for latency (and requests/s for the single NIO relay).
+        if want("throughput") and not floor:
             row["download_mib_s"] = statistics.median(samples[name]["download"])
             row["upload_mib_s"] = statistics.median(samples[name]["upload"])
             row["download_samples_mib_s"] = [round(v, 1) for v in samples[name]["download"]]
             row["upload_samples_mib_s"] = [round(v, 1) for v in samples[name]["upload"]]
             print(f"   download {row['download_mib_s']:.0f} MiB/s, upload {row['upload_mib_s']:.0f} MiB/s (medians)",
                   flush=True)
-        if want("latency"):
+        if floor or want("latency"):
             row["latency"] = latency(p, args.latency_count)
             print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
-        if want("rps"):
+        if (name == FLOOR_RPS) if floor else want("rps"):
             row["rps"] = wrk(p, args.seconds, 32, close=False)
             print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections)", flush=True)
         if want("circuits") and name in ("direct", "overlay", "ssh -R"):
             row["new_connections_s"] = wrk(p, args.seconds, 32, close=True)
             print(f"   {row['new_connections_s']:.0f} new connections/s", flush=True)
-        results["paths"][name] = row
+        results.setdefault("floors" if floor else "paths", {})[name] = row
 
     if want("sse"):
         print(f"== {args.streams} idle SSE streams through the overlay", flush=True)
