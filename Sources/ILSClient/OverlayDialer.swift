@@ -1,6 +1,6 @@
 public import ILSCore
 import ILSCrypto
-import ILSFabric
+public import ILSFabric
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP2
@@ -23,12 +23,19 @@ public final class OverlayDialer: Sendable {
     public let eventLoop: any EventLoop
     /// The identity in use; `replaceIdentity` swaps it after a renewal (new connections and circuits use it).
     private let current: NIOLockedValueBox<(connector: FabricConnector, credentials: E2EHandshake.Credentials)>
-    private let connection = NIOLockedValueBox<EventLoopFuture<NIOHTTP2Handler.StreamMultiplexer>?>(nil)
+    private let connectionBox = NIOLockedValueBox<EventLoopFuture<Connection>?>(nil)
 
-    public init(identity: IdentityFile, eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next())
-        throws(ILSError)
-    {
+    /// How the controller connection notices a silent network drop (after a Wi-Fi to cellular switch, say): it is
+    /// then closed, and the next circuit opens a new one.
+    public let keepalive: FabricKeepalive
+
+    public init(
+        identity: IdentityFile,
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        keepalive: FabricKeepalive = .standard
+    ) throws(ILSError) {
         self.eventLoop = eventLoop
+        self.keepalive = keepalive
         self.current = NIOLockedValueBox(try Self.load(identity))
     }
 
@@ -50,20 +57,30 @@ public final class OverlayDialer: Sendable {
     public func replaceIdentity(_ identity: IdentityFile) throws(ILSError) {
         let loaded = try Self.load(identity)
         current.withLockedValue { $0 = loaded }
-        connection.withLockedValue { $0 = nil }
+        connectionBox.withLockedValue { $0 = nil }
     }
 
-    /// The live connection's multiplexer, connecting if there is none.
-    private func multiplexer() -> EventLoopFuture<NIOHTTP2Handler.StreamMultiplexer> {
-        connection.withLockedValue { existing in
-            if let existing { return existing }
-            let promise = eventLoop.makePromise(of: NIOHTTP2Handler.StreamMultiplexer.self)
-            let box = self.connection
+    /// A controller connection: its channel (for keepalive probes) and its stream multiplexer.
+    private struct Connection {
+        let channel: any Channel
+        let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+    }
+
+    /// The live connection, connecting if there is none; `fresh` says whether it was made for this call.
+    private func connection() -> (EventLoopFuture<Connection>, fresh: Bool) {
+        connectionBox.withLockedValue { existing in
+            if let existing { return (existing, false) }
+            let promise = eventLoop.makePromise(of: Connection.self)
+            let box = self.connectionBox
             let connector = current.withLockedValue { $0.connector }
+            let keepalive = self.keepalive
             connector.connect(on: eventLoop) { channel in
-                let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+                let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
+                    mode: .client,
+                    keepalive: KeepaliveHandler(keepalive)
+                )
                 try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
-                promise.succeed(multiplexer)
+                promise.succeed(Connection(channel: channel, multiplexer: multiplexer))
                 let mine = promise.futureResult
                 channel.closeFuture.whenComplete { _ in
                     // Forget this connection only if it is still the current one (not after a renewal swapped it).
@@ -74,22 +91,43 @@ public final class OverlayDialer: Sendable {
                 promise.fail(error)
             }
             existing = promise.futureResult
-            return promise.futureResult
+            return (promise.futureResult, true)
         }
     }
 
     /// Opens an end-to-end encrypted circuit to `service`.
+    ///
+    /// A connection that has been quiet is probed as the circuit is asked for (a PING alongside the request), so one
+    /// that the network dropped without a word (a Wi-Fi to cellular switch, a NAT mapping gone) is found out within
+    /// the keepalive timeout instead of at its next interval; a circuit whose connection dies before it was answered
+    /// is then dialled once more on a new connection, so the app's request goes through instead of failing.
     public func dial(service: String) -> EventLoopFuture<any Channel> {
+        let (connection, fresh) = connection()
+        return dial(service: service, on: connection).flatMapError { error in
+            guard !fresh, Self.connectionDied(error) else { return self.eventLoop.makeFailedFuture(error) }
+            self.connectionBox.withLockedValue { if $0 === connection { $0 = nil } }
+            return self.dial(service: service, on: self.connection().0)
+        }
+    }
+
+    /// Whether a dial failed because its connection closed before the circuit was answered.
+    private static func connectionDied(_ error: any Error) -> Bool {
+        if case DialError.refused(code: "closed", _) = error { return true }
+        return error is ChannelError || error is NIOHTTP2Errors.StreamClosed
+    }
+
+    private func dial(service: String, on connection: EventLoopFuture<Connection>) -> EventLoopFuture<any Channel> {
         let (credentials, address) = current.withLockedValue { ($0.credentials, $0.connector.address) }
-        return multiplexer().flatMapError { error in
+        return connection.flatMapError { error in
             self.eventLoop.makeFailedFuture(
                 DialError.controllerUnreachable(
                     "cannot reach the controller at \(address): \((error as? ILSError)?.reason ?? "\(error)")"
                 )
             )
-        }.flatMap { multiplexer in
+        }.flatMap { connection in
+            connection.channel.triggerUserOutboundEvent(FabricKeepalive.Probe(), promise: nil)
             let opened = self.eventLoop.makePromise(of: Void.self)
-            let stream = multiplexer.createStreamChannel { stream in
+            let stream = connection.multiplexer.createStreamChannel { stream in
                 stream.eventLoop.makeCompletedFuture {
                     try stream.pipeline.syncOperations.addHandler(CircuitDialer(service: service, opened: opened))
                 }

@@ -16,6 +16,8 @@ struct ControllerOverlay: Sendable {
     let live: LiveConnections
     /// The controller's event loops, numbered: each gateway connection is told which one it is on.
     let loops: RelayLoops
+    /// How each overlay connection notices a peer that is gone without a word (a NAT mapping dropped).
+    let keepalive: FabricKeepalive
     let logger: Logger
 
     private func identity(of channel: any Channel, purpose: String) throws(ILSError) -> IdentityRecord {
@@ -26,6 +28,17 @@ struct ControllerOverlay: Sendable {
         }
         let presented = try IdentityCertificate(der: certificate)
         return try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: purpose)
+    }
+
+    /// Closes a connection whose peer stopped answering, so the relay stops routing to it at once (a gateway link) and
+    /// its circuits end instead of hanging.
+    private func keepaliveHandler(peer: String) -> KeepaliveHandler {
+        KeepaliveHandler(keepalive) { [logger] in
+            logger.notice(
+                "overlay connection went silent (no answer to a keepalive PING); closing it",
+                metadata: ["peer": "\(peer)"]
+            )
+        }
     }
 
     /// Closes an overlay connection on a connection-level error, so the peer reconnects.
@@ -54,7 +67,10 @@ struct ControllerOverlay: Sendable {
         live.add(channel, identityID: device.id)
         ControllerMetrics.deviceConnections.increment()
         channel.closeFuture.whenComplete { _ in ControllerMetrics.deviceConnections.decrement() }
-        try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+        try channel.pipeline.syncOperations.configureFabricHTTP2(
+            mode: .server,
+            keepalive: keepaliveHandler(peer: device.name)
+        ) {
             CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream) }
         }
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))
@@ -88,6 +104,21 @@ struct ControllerOverlay: Sendable {
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: "refused device"))
     }
 
+    /// A gateway link with a certificate this controller issued whose identity may not host: its control stream
+    /// carries the reason (`HostRefusalHandler`), then the link closes; it closes after `refusalGrace` in any case. The
+    /// gateway logs the reason once and waits minutes before it tries again.
+    private func refuseHosting(on channel: any Channel, reason: String) throws {
+        let closer = channel.eventLoop.scheduleTask(in: Self.refusalGrace) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in closer.cancel() }
+        let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+        try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: "refused gateway"))
+        multiplexer.createStreamChannel { stream in
+            stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(HostRefusalHandler(reason: reason))
+            }
+        }.whenFailure { _ in channel.close(promise: nil) }
+    }
+
     /// A gateway connection: HTTP/2 with the controller as client. The first stream asks what it hosts.
     func configureGateway(_ channel: any Channel) throws {
         let gateway: IdentityRecord
@@ -96,11 +127,18 @@ struct ControllerOverlay: Sendable {
         } catch {
             ControllerMetrics.refusal(error.code.name)
             logger.notice("overlay connection refused", metadata: ["reason": "\(error.reason)"])
-            channel.close(promise: nil)
+            if Self.presentedCertificate(channel) {
+                try refuseHosting(on: channel, reason: error.reason)
+            } else {
+                channel.close(promise: nil)
+            }
             return
         }
         // Gateways never open streams towards the controller.
-        let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+        let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
+            mode: .client,
+            keepalive: keepaliveHandler(peer: gateway.name)
+        )
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: gateway.name))
         let controller = self.controller
         let relay = self.relay

@@ -28,9 +28,14 @@ final class Relay: Sendable {
     /// A live circuit and its byte counters (updated by the two `RelayHandler`s).
     final class SessionEntry: Sendable {
         let info: ControllerAPI.Session
+        /// The gateway link the circuit is spliced onto.
+        let host: ObjectIdentifier
         let counters = NIOLockedValueBox((up: 0, down: 0))
 
-        init(info: ControllerAPI.Session) { self.info = info }
+        init(info: ControllerAPI.Session, host: ObjectIdentifier) {
+            self.info = info
+            self.host = host
+        }
 
         var snapshot: ControllerAPI.Session {
             var info = self.info
@@ -155,6 +160,30 @@ final class Relay: Sendable {
         return attempt(hosts[...], service: service, device: device, deviceStream: stream)
     }
 
+    /// Whether a hosting link may take a new circuit: its gateway must still be active and the link must have been
+    /// made with the gateway's current certificate. A link made with a certificate that `renew` or `reissue` has since
+    /// replaced gets no circuit: it may be a copy of the old identity file still running somewhere (it used to get half
+    /// of the circuits after a renewal). It is not cut while it carries circuits, since it is also what the gateway
+    /// that renewed uses until it has re-linked with its new certificate and drained the old links; once it carries
+    /// none it is closed, and a process holding only the old certificate cannot link again.
+    private func hostIsCurrent(_ host: Host) -> Bool {
+        do {
+            _ = try controller.activeIdentity(id: host.identity.id, fingerprint: host.identity.certificateFingerprint)
+            return true
+        } catch {
+            let idle = state.withLockedValue { state in !state.sessions.values.contains { $0.host == host.key } }
+            logger.notice(
+                "gateway link's certificate is no longer current; not routing to it",
+                metadata: [
+                    "gateway": "\(host.identity.name)", "reason": "\(error.reason)",
+                    "action": "\(idle ? "closed" : "draining")",
+                ]
+            )
+            if idle { host.channel.close(promise: nil) }
+            return false
+        }
+    }
+
     /// Tries each gateway in turn; a gateway that fails or refuses is skipped before the device sees an error.
     private func attempt(
         _ hosts: ArraySlice<Host>,
@@ -166,6 +195,9 @@ final class Relay: Sendable {
             return deviceStream.eventLoop.makeSucceededFuture(
                 .refuse(status: 502, code: "gateway_failed", reason: "no gateway for '\(service)' accepted the circuit")
             )
+        }
+        guard hostIsCurrent(host) else {
+            return attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
         }
         let opened = host.channel.eventLoop.makePromise(of: Void.self)
         let timeout = host.channel.eventLoop.scheduleTask(in: gatewayTimeout) {
@@ -198,7 +230,8 @@ final class Relay: Sendable {
                     startedAt: Int64(Date().timeIntervalSince1970),
                     bytesFromDevice: 0,
                     bytesToDevice: 0
-                )
+                ),
+                host: host.key
             )
             let key = ObjectIdentifier(deviceStream)
             let sameLoop = gatewayStream.eventLoop === deviceStream.eventLoop
@@ -230,6 +263,12 @@ final class Relay: Sendable {
             }
         }.flatMapError { error in
             timeout.cancel()
+            // A gateway that lets a circuit go unanswered may be behind a link the network dropped without a word:
+            // ask the link's keepalive to check it now instead of at its next interval, so the relay stops routing
+            // to a dead link after one lost circuit (plus the keepalive timeout), not after many.
+            if let refused = error as? CircuitRefused, refused.code == "timeout" {
+                host.channel.triggerUserOutboundEvent(FabricKeepalive.Probe(), promise: nil)
+            }
             // A gateway that answers after the timeout must not keep a stream nobody relays (nor its end of the
             // circuit): close it. A refused or failed stream is closed already; closing again does nothing.
             gatewayStream.whenSuccess { $0.close(promise: nil) }

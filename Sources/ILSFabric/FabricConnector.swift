@@ -100,7 +100,8 @@ public struct Backoff: Sendable {
     /// barely notices).
     public static let reconnectMaximum: TimeAmount = .milliseconds(800)
 
-    public init(maximum: TimeAmount = reconnectMaximum) {
+    public init(initial: TimeAmount = .milliseconds(100), maximum: TimeAmount = reconnectMaximum) {
+        self.initial = initial
         self.maximum = maximum
     }
 

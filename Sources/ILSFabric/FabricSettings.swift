@@ -77,14 +77,16 @@ public final class FabricConnectionErrorHandler: ChannelInboundHandler, Sendable
 extension ChannelPipeline.SynchronousOperations {
     /// An overlay connection's HTTP/2 with `FabricSettings`, behind an `HTTP2FrameAligner`. Each stream the peer
     /// opens starts with the handler `acceptStream` makes; without one, the peer may not open streams and each is
-    /// closed at once.
+    /// closed at once. Every real overlay connection passes a `keepalive` (both ends: a silently dropped link must
+    /// be noticed by the side that routes over it and by the side that must redial); tests of other parts may not.
     @discardableResult
     public func configureFabricHTTP2(
         mode: NIOHTTP2Handler.ParserMode,
+        keepalive: KeepaliveHandler? = nil,
         acceptStream: (@Sendable () -> any ChannelHandler)? = nil
     ) throws -> NIOHTTP2Handler.StreamMultiplexer {
         try addHandler(HTTP2FrameAligner(expectsPreface: mode == .server))
-        return try configureHTTP2Pipeline(
+        let multiplexer = try configureHTTP2Pipeline(
             mode: mode,
             connectionConfiguration: FabricSettings.connection,
             streamConfiguration: FabricSettings.stream
@@ -94,6 +96,8 @@ extension ChannelPipeline.SynchronousOperations {
                 try stream.pipeline.syncOperations.addHandler(acceptStream())
             }
         }
+        if let keepalive { try addHandler(keepalive) }
+        return multiplexer
     }
 }
 

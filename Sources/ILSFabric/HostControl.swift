@@ -3,6 +3,9 @@ public import NIOCore
 
 /// The message the controller sends a gateway on the control stream after checking its bind permission.
 public struct HostControlMessage: Codable, Sendable {
+    /// The `errorCode` of a refusal of the identity itself.
+    public static let identityBlocked = "identity_blocked"
+
     /// Roles allowed to dial the service; the gateway enforces this itself on every circuit.
     public var dialRoles: [IdentityRole]?
     /// Ids of identities that must not be let in (revoked or disabled), whatever their certificate says: the full
@@ -10,6 +13,10 @@ public struct HostControlMessage: Codable, Sendable {
     public var blocked: [String]?
     /// Set instead when the gateway may not host the service.
     public var error: String?
+    /// With `error`: `identity_blocked` when the gateway's identity may not link at all (revoked, disabled, deleted,
+    /// or this certificate replaced by `renew` or `reissue`), which does not heal by itself, so the gateway backs off
+    /// to minutes; absent for a refusal of the service (no such service, bind policy), which an admin may fix soon.
+    public var errorCode: String?
     /// The controller's event loop this connection landed on (`0..<relayLoops`), in the first message only. The
     /// relay splices a device's circuit onto a gateway connection on the device connection's own loop when it has
     /// one, so the circuit's bytes never cross threads; a gateway keeps one connection per loop to allow that.
@@ -21,12 +28,14 @@ public struct HostControlMessage: Codable, Sendable {
         dialRoles: [IdentityRole]? = nil,
         blocked: [String]? = nil,
         error: String? = nil,
+        errorCode: String? = nil,
         relayLoop: Int? = nil,
         relayLoops: Int? = nil
     ) {
         self.dialRoles = dialRoles
         self.blocked = blocked
         self.error = error
+        self.errorCode = errorCode
         self.relayLoop = relayLoop
         self.relayLoops = relayLoops
     }

@@ -130,8 +130,9 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         let policy: GatewayPolicy
         let core: ProxyCore
         let logger: Logger
-        /// Called with the controller's refusal to let this gateway host the service.
-        let onRefusal: @Sendable (String) -> Void
+        /// Called with the controller's refusal to let this gateway host the service: the connection, the reason, and
+        /// its `HostControlMessage.errorCode`.
+        let onRefusal: @Sendable (_ connection: (any Channel)?, _ reason: String, _ code: String?) -> Void
         /// Called with the connection and the controller event loop it landed on, of how many (`nil` from a
         /// controller that does not say), when the controller accepts the binding.
         var onBound: @Sendable (_ connection: any Channel, _ relayLoop: Int?, _ relayLoops: Int?) -> Void = { _, _, _ in
@@ -286,7 +287,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
             // After `onBound`, which closes a link it does not keep: its waiting circuits then close unanswered.
             settings.binding?.bound(connection: connection)
         } else if let error = message.error {
-            settings.onRefusal(error)
+            settings.onRefusal(connection, error, message.errorCode)
         }
     }
 }

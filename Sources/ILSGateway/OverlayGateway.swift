@@ -27,6 +27,7 @@ public final class OverlayGateway: Service, Sendable {
     private let identityPath: String?
     private let service: String
     private let handshakeTimeout: TimeAmount
+    private let keepalive: FabricKeepalive
     private let core: ProxyCore
     private let logger: Logger
     private let policy = GatewayPolicy()
@@ -51,6 +52,19 @@ public final class OverlayGateway: Service, Sendable {
         var redial: [Int: Bool] = [:]
         var slots = 1
         var stopped = false
+        /// How each slot's current link ended its binding: accepted, or refused with the controller's reason.
+        var outcomes: [Int: LinkOutcome] = [:]
+        /// Completed to make a slot link again at once (after a renewal) while its old link drains.
+        var rotations: [Int: EventLoopPromise<Void>] = [:]
+        /// Links replaced after a renewal, finishing their circuits.
+        var draining: [ObjectIdentifier: any Channel] = [:]
+        /// The last refusal logged, so a refused gateway says why once, not at every retry.
+        var lastRefusal: String?
+    }
+
+    enum LinkOutcome {
+        case bound
+        case refused(reason: String, code: String?)
     }
 
     /// At most this many links, whatever the controller's loop count.
@@ -59,15 +73,18 @@ public final class OverlayGateway: Service, Sendable {
     /// row (per relay loop: connections land on the loops in turn, other peers' interleaved), then with backoff.
     static let quickRetriesPerLoop = 4
 
-    /// - Parameter identityPath: the identity file, so the gateway can renew its certificate by itself before it
-    ///   expires; without it, renewal is left to `ils-gateway renew`.
+    /// - Parameters:
+    ///   - identityPath: the identity file, so the gateway can renew its certificate by itself before it expires;
+    ///     without it, renewal is left to `ils-gateway renew`.
+    ///   - keepalive: how each link notices that the controller is gone when the network drops it silently.
     public init(
         identity: IdentityFile,
         identityPath: String? = nil,
         service: String,
         proxy: ProxyConfiguration,
         logger: Logger,
-        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout
+        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout,
+        keepalive: FabricKeepalive = .standard
     ) throws(ILSError) {
         guard identity.identity.role == .gateway else {
             throw ILSError(
@@ -79,6 +96,7 @@ public final class OverlayGateway: Service, Sendable {
         self.identityPath = identityPath
         self.service = service
         self.handshakeTimeout = handshakeTimeout
+        self.keepalive = keepalive
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
@@ -105,8 +123,9 @@ public final class OverlayGateway: Service, Sendable {
     /// How often the gateway checks whether its certificate is due for renewal.
     static let renewalCheckInterval: Duration = .seconds(6 * 3600)
 
-    /// Renews the certificate when due, then moves to it at the next quiet moment: the controller connection is
-    /// re-made only while no circuit is live, so no stream is cut for a renewal.
+    /// Renews the certificate when due, then moves to it at once without cutting a stream: every link is dialled
+    /// again with the new certificate, and the old links finish their circuits and close (the relay routes no new
+    /// circuit to a link whose certificate is no longer current).
     private func renewalLoop() async {
         guard let identityPath else { return }
         while !(links.withLockedValue { $0.stopped }) {
@@ -121,10 +140,7 @@ public final class OverlayGateway: Service, Sendable {
                 let loaded = try Self.load(renewed)
                 identity.withLockedValue { $0 = loaded }
                 logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
-                while policy.liveCircuits > 0 {
-                    do { try await Task.sleep(for: .seconds(30)) } catch { return }
-                }
-                for channel in links.withLockedValue({ Array($0.channels.values) }) { channel.close(promise: nil) }
+                rotateLinks()
             } catch {
                 logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
             }
@@ -174,22 +190,32 @@ public final class OverlayGateway: Service, Sendable {
 
     /// Keeps link `slot` up: dials, waits for it to close, dials again with jittered backoff. Slot 0 reports to the
     /// log at info; the others, which come and go with it, at debug.
+    ///
+    /// The backoff starts again from 100 ms only once the controller has accepted the link's binding, not when TLS
+    /// connects: a revoked gateway's TLS handshake still succeeds, and resetting there made it reconnect about 12
+    /// times a second forever. A refusal of the identity itself (revoked, disabled, deleted, certificate replaced)
+    /// does not heal by itself: the link then waits 30 s doubling to 5 min; a refusal of the service (no such
+    /// service, bind policy) waits 5 s doubling to 1 min, since an admin may be fixing it.
     private func connectLoop(slot: Int) async {
         var backoff = Backoff()
         // Links that landed on a relay loop another link has: not reset by each connection, unlike `backoff`, and
         // slower, since the controller is up and the link is only redundant.
         var duplicateBackoff = Backoff(maximum: .seconds(3))
+        var identityRefusalBackoff = Backoff(initial: .seconds(30), maximum: .seconds(300))
+        var serviceRefusalBackoff = Backoff(initial: .seconds(5), maximum: .seconds(60))
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
         while !stopped {
             do {
                 let channel = try await connect(slot: slot).get()
+                let rotation = channel.eventLoop.makePromise(of: Void.self)
                 let stopped = links.withLockedValue { links -> Bool in
                     links.channels[slot] = channel
+                    links.outcomes[slot] = nil
+                    links.rotations[slot] = rotation
                     return links.stopped
                 }
                 if stopped { channel.close(promise: nil) }
-                backoff.reset()
                 lastFailure = nil
                 logger.log(
                     level: level,
@@ -201,14 +227,41 @@ public final class OverlayGateway: Service, Sendable {
                     ]
                 )
                 recordLinks()
-                try? await channel.closeFuture.get()
-                let (lastLink, redial) = links.withLockedValue { links -> (Bool, Bool?) in
-                    links.channels[slot] = nil
-                    return (links.channels.isEmpty, links.redial.removeValue(forKey: slot))
+                // Either the link closes, or a renewal asks this slot to link again while the old link drains.
+                channel.closeFuture.whenComplete { _ in rotation.succeed() }
+                try? await rotation.futureResult.get()
+                let (rotated, outcome, lastLink, redial) = links.withLockedValue {
+                    links -> (Bool, LinkOutcome?, Bool, Bool?) in
+                    let rotated = links.channels[slot].map { $0 !== channel } ?? true
+                    if !rotated {
+                        links.channels[slot] = nil
+                        links.rotations[slot] = nil
+                    }
+                    return (
+                        rotated, links.outcomes.removeValue(forKey: slot), links.channels.isEmpty,
+                        links.redial.removeValue(forKey: slot)
+                    )
                 }
                 recordLinks()
+                if rotated { continue }  // dial again now, with the renewed certificate
                 if lastLink { policy.connectionLost() }
                 if self.stopped { break }
+                switch outcome {
+                case .refused(_, let code):
+                    let wait =
+                        code == HostControlMessage.identityBlocked
+                        ? identityRefusalBackoff.next() : serviceRefusalBackoff.next()
+                    logger.debug("link refused; waiting before the next try", metadata: ["wait": "\(wait)"])
+                    try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
+                    continue
+                case .bound:
+                    backoff.reset()
+                    identityRefusalBackoff.reset()
+                    serviceRefusalBackoff.reset()
+                    links.withLockedValue { $0.lastRefusal = nil }
+                case nil:
+                    break
+                }
                 if redial == true {
                     try? await Task.sleep(nanoseconds: UInt64.random(in: 10_000_000...50_000_000))
                     continue
@@ -240,6 +293,46 @@ public final class OverlayGateway: Service, Sendable {
         }
     }
 
+    /// After a renewal: every link is dialled again with the new certificate, and each old link closes once its
+    /// circuits have ended.
+    private func rotateLinks() {
+        let old = links.withLockedValue { links -> [(any Channel, EventLoopPromise<Void>?)] in
+            var old: [(any Channel, EventLoopPromise<Void>?)] = []
+            for (slot, channel) in links.channels {
+                links.channels[slot] = nil
+                links.draining[ObjectIdentifier(channel)] = channel
+                old.append((channel, links.rotations.removeValue(forKey: slot)))
+            }
+            return old
+        }
+        for (channel, rotation) in old {
+            let key = ObjectIdentifier(channel)
+            channel.closeFuture.whenComplete { _ in
+                _ = self.links.withLockedValue { $0.draining.removeValue(forKey: key) }
+            }
+            channel.triggerUserOutboundEvent(LinkDrainHandler.Drain(), promise: nil)
+            rotation?.succeed()
+        }
+    }
+
+    /// The controller refused link `slot`'s binding: logged once per distinct reason (a gateway that is refused
+    /// retries for as long as it runs; the admin must see why, not a line every few minutes).
+    private func refused(slot: Int, connection: any Channel, reason: String, code: String?) {
+        let first = links.withLockedValue { links -> Bool in
+            if links.channels[slot] === connection { links.outcomes[slot] = .refused(reason: reason, code: code) }
+            defer { links.lastRefusal = reason }
+            return links.lastRefusal != reason
+        }
+        let permanent = code == HostControlMessage.identityBlocked
+        logger.log(
+            level: first ? .error : .debug,
+            permanent
+                ? "the controller refused this gateway's identity; retrying every few minutes"
+                : "the controller refused to let this gateway host the service",
+            metadata: ["reason": "\(reason)", "service": "\(service)"]
+        )
+    }
+
     private func recordLinks() {
         let count = links.withLockedValue { $0.channels.count }
         GatewayMetrics.connected.record(count > 0 ? 1 : 0)
@@ -257,6 +350,9 @@ public final class OverlayGateway: Service, Sendable {
                 "service": "\(service)", "link": "\(slot)", "relay_loop": "\(relayLoop.map(String.init) ?? "-")",
             ]
         )
+        links.withLockedValue { links in
+            if links.channels[slot] === connection { links.outcomes[slot] = .bound }
+        }
         guard let relayLoop, let relayLoops else { return }  // a controller that does not say: one link
         let key = ObjectIdentifier(connection)
         let (duplicate, wanted) = links.withLockedValue { links -> (Bool, Int?) in
@@ -293,13 +389,9 @@ public final class OverlayGateway: Service, Sendable {
             policy: policy,
             core: core,
             logger: logger,
-            onRefusal: { [logger] reason in
-                logger.error(
-                    "the controller refused to let this gateway host the service",
-                    metadata: [
-                        "reason": "\(reason)"
-                    ]
-                )
+            onRefusal: { [weak self] connection, reason, code in
+                guard let connection else { return }
+                self?.refused(slot: slot, connection: connection, reason: reason, code: code)
             }
         )
         settings.handshakeTimeout = handshakeTimeout
@@ -308,13 +400,23 @@ public final class OverlayGateway: Service, Sendable {
         }
         let router = settings
         let logger = self.logger
+        let keepalive = self.keepalive
         return connector.connect(on: eventLoop) { channel in
             var router = router
             router.binding = LinkBinding(eventLoop: channel.eventLoop)
             let shared = GatewayStreamRouter.Shared(router)
-            try channel.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+            try channel.pipeline.syncOperations.configureFabricHTTP2(
+                mode: .server,
+                keepalive: KeepaliveHandler(keepalive) { [logger] in
+                    logger.warning(
+                        "the controller link went silent (no answer to a keepalive PING); closing it and redialling",
+                        metadata: ["link": "\(slot)", "timeout": "\(keepalive.timeout)"]
+                    )
+                }
+            ) {
                 GatewayStreamRouter(shared)
             }
+            try channel.pipeline.syncOperations.addHandler(LinkDrainHandler())
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
                     logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])

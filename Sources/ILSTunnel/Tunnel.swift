@@ -134,6 +134,8 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
     private let service: String
     private let logger: Logger
     private var pendingRead = false
+    /// The circuit was refused and the client answered: it is now only waited on to hang up.
+    private var refused = false
 
     init(dialer: OverlayDialer, service: String, logger: Logger) {
         self.dialer = dialer
@@ -156,7 +158,7 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
                 }
                 let (local, remote) = GlueHandler.matchedPair()
                 do {
-                    try stream.pipeline.syncOperations.addHandler(CircuitErrorLogger(logger: logger))
+                    try stream.pipeline.syncOperations.addHandler(CircuitErrorLogger(logger: logger, client: channel))
                     try stream.pipeline.syncOperations.addHandler(remote)
                     try context.pipeline.syncOperations.addHandler(local)
                     context.pipeline.syncOperations.removeHandler(self, promise: nil)
@@ -167,16 +169,29 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
             case .failure(let error):
                 TunnelMetrics.failures.increment()
                 logger.warning(
-                    "circuit not opened; closing the client connection",
+                    "circuit not opened; answering the client with the reason",
                     metadata: ["service": "\(service)", "error": "\(Self.describe(error))"]
                 )
-                channel.close(promise: nil)
+                self.refused = true
+                TunnelRefusal(error).send(to: channel)
+                // Read on (and drop) what the client sent, so its hang-up after the answer is seen.
+                if channel.isActive { context.read() }
             }
         }
     }
 
     func read(context: ChannelHandlerContext) {
-        pendingRead = true
+        if refused {
+            context.read()
+        } else {
+            pendingRead = true
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Before the circuit is open nothing is read; after a refusal what the client still sends is dropped.
+        guard !refused else { return }
+        context.fireChannelRead(data)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -192,12 +207,17 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
     }
 }
 
-/// Logs why a circuit ended badly (a gateway's end-to-end refusal, a failed record), once.
+/// Logs why a circuit ended badly (a gateway's end-to-end refusal, a failed record), once. A gateway's refusal comes
+/// before any byte of an answer, so the client is told why in the gateway's JSON error format.
 final class CircuitErrorLogger: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     private let logger: Logger
+    private let client: any Channel
 
-    init(logger: Logger) { self.logger = logger }
+    init(logger: Logger, client: any Channel) {
+        self.logger = logger
+        self.client = client
+    }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .cancel {
@@ -205,6 +225,7 @@ final class CircuitErrorLogger: ChannelInboundHandler {
             logger.debug("circuit closed", metadata: ["stream": "\(closed.streamID)"])
         } else if let refused = error as? E2EInitiatorHandler.Refused {
             logger.warning("the gateway refused the circuit", metadata: ["reason": "\(refused.reason)"])
+            TunnelRefusal(refused).send(to: client)
         } else {
             logger.warning("circuit failed", metadata: ["error": "\(error)"])
         }

@@ -38,7 +38,7 @@ struct LinkBindingTests {
                 loopCount: 1
             ),
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-            onRefusal: { _ in }
+            onRefusal: { _, _, _ in }
         )
         // A second link on a controller loop another link covers is dropped at once, as `OverlayGateway` does.
         settings.onBound = { connection, _, _ in if dropLink { connection.close(promise: nil) } }
