@@ -36,15 +36,20 @@ extension ConfigKey {
     public static let clientStallTimeout = ConfigKey("client-stall-timeout")
     public static let drainTimeout = ConfigKey("drain-timeout")
     public static let allowRemote = ConfigKey("allow-remote", .boolean)
+    public static let maxConnections = ConfigKey("max-connections", .integer)
+    public static let maxConnectionsPerSource = ConfigKey("max-connections-per-source", .integer)
+    public static let requestHeadTimeout = ConfigKey("request-head-timeout")
+    public static let requestBodyTimeout = ConfigKey("request-body-timeout")
 }
 
 extension ConfigSchema {
     private static let observability: [ConfigKey] = [.logLevel, .logFormat, .metrics, .metricsAllowRemote]
+    private static let connectionLimits: [ConfigKey] = [.maxConnections, .maxConnectionsPerSource]
 
     /// `ils-gateway controller run`.
     public static let controllerRun = ConfigSchema(
         command: "controller run",
-        keys: [.stateDir, .listen] + observability
+        keys: [.stateDir, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout] + observability
     )
 
     /// `ils-gateway serve`, both modes in one file (`mode` picks one; keys of the other mode are ignored by it).
@@ -53,7 +58,7 @@ extension ConfigSchema {
         keys: [
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
-        ] + observability
+        ] + connectionLimits + observability
     )
 
     /// `ils-gateway tunnel`.

@@ -5,7 +5,8 @@ import NIOCore
 import NIOHTTP1
 import NIOSSL
 
-/// Collects one API request at a time (body bounded), asks the router, writes the JSON answer.
+/// Collects one API request at a time (body bounded), asks the router, writes the JSON answer. Tells the
+/// `APIRequestDeadlineHandler` below the codec where each request's head arrives and its answer goes out.
 ///
 /// The router is synchronous and quick (a store transaction, a signature), so it runs inline; the store
 /// serialises writers itself.
@@ -50,6 +51,7 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
             self.head = head
             body = []
             tooLarge = false
+            context.triggerUserOutboundEvent(APIRequestDeadlineHandler.Event.headReceived, promise: nil)
         case .body(var buffer):
             if body.count + buffer.readableBytes > maximumBodyBytes {
                 tooLarge = true
@@ -67,14 +69,6 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
             }
             write(response, keepAlive: head.isKeepAlive && !tooLarge, context: context)
         }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent {
-            context.close(promise: nil)
-            return
-        }
-        context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -124,5 +118,6 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
             if !keepAlive { channel.close(promise: nil) }
         }
+        context.triggerUserOutboundEvent(APIRequestDeadlineHandler.Event.responseSent, promise: nil)
     }
 }

@@ -1,3 +1,4 @@
+import ILSFabric
 import Metrics
 
 /// What the controller counts (`--metrics`): connections, circuits, relayed bytes, dial latency, enrollments,
@@ -19,6 +20,17 @@ enum ControllerMetrics {
 
     static func splice(sameLoop: Bool) {
         (sameLoop ? sameLoopSplices : crossLoopSplices).increment()
+    }
+
+    /// Connections open on the controller's port (`ConnectionLimiter`'s count: API, devices and gateways).
+    static let connectionsOpen = Gauge(label: "ils_connections_open", dimensions: [("listener", "controller")])
+
+    /// A connection the caps refused at accept.
+    static func connectionRefused(_ cap: ConnectionLimiter.Cap) {
+        Counter(
+            label: "ils_connections_refused_total",
+            dimensions: [("listener", "controller"), ("cap", cap.rawValue)]
+        ).increment()
     }
 
     static func refusal(_ reason: String) {

@@ -1,5 +1,5 @@
 public import ILSCore
-import ILSFabric
+public import ILSFabric
 public import Logging
 import NIOConcurrencyHelpers
 public import NIOCore
@@ -14,8 +14,19 @@ public import ServiceLifecycle
 public final class ControllerServer: Service, Sendable {
     /// The largest request body accepted; every API body is far smaller.
     static let maximumBodyBytes = 64 * 1024
-    /// An idle connection is closed after this long.
-    static let idleTimeout: TimeAmount = .seconds(30)
+    /// An API request's head must be in 10 s after its first byte (the first request's: after the handshake), its
+    /// body 20 s after its head (at most 64 KiB: 6.4 s at 10 KB/s), and a keep-alive connection may sit 30 s between
+    /// requests; see `APIRequestDeadlines`.
+    public static let defaultRequestTimeouts = APIRequestDeadlines.Timeouts(
+        head: .seconds(10),
+        body: .seconds(20),
+        idle: .seconds(30)
+    )
+    /// A controller serves a few hundred devices and gateways. Each device holds one overlay connection, each gateway
+    /// one per controller event loop (up to the core count), plus short API calls: 4096 in total covers that with
+    /// room to spare. Per source address 256: a gateway host with a few gateways on a many-core controller, or a
+    /// hundred devices behind one NAT, and no single address can take more than a sixteenth of the port.
+    public static let defaultConnectionLimits = ConnectionLimiter.Limits(total: 4096, perSource: 256)
     /// The request head of an API call: 64 KiB and 128 fields, as in HTTP mode. The API is open to anyone before
     /// authentication (enrollment), so parsing must stay cheap whatever a client sends; beyond this, 400 and close.
     static var headerLimits: NIOHTTPDecoderLimitConfiguration {
@@ -40,6 +51,8 @@ public final class ControllerServer: Service, Sendable {
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
     private let connections = ChildChannelRegistry()
     private let handshakeTimeout: TimeAmount
+    private let requestTimeouts: APIRequestDeadlines.Timeouts
+    private let limiter: ConnectionLimiter
 
     public init(
         state: ControllerState,
@@ -47,9 +60,14 @@ public final class ControllerServer: Service, Sendable {
         group: MultiThreadedEventLoopGroup = .singleton,
         logger: Logger,
         handshakeTimeout: TimeAmount = ControllerServer.defaultHandshakeTimeout,
-        circuitOpenTimeout: TimeAmount = ControllerServer.defaultCircuitOpenTimeout
+        circuitOpenTimeout: TimeAmount = ControllerServer.defaultCircuitOpenTimeout,
+        keepalive: FabricKeepalive = .standard,
+        requestTimeouts: APIRequestDeadlines.Timeouts = ControllerServer.defaultRequestTimeouts,
+        connectionLimits: ConnectionLimiter.Limits = ControllerServer.defaultConnectionLimits
     ) throws(ILSError) {
         self.listen = listen
+        self.requestTimeouts = requestTimeouts
+        self.limiter = ConnectionLimiter(limits: connectionLimits)
         self.handshakeTimeout = handshakeTimeout
         self.group = group
         self.logger = logger
@@ -63,6 +81,7 @@ public final class ControllerServer: Service, Sendable {
             relay: relay,
             live: live,
             loops: RelayLoops(group),
+            keepalive: keepalive,
             logger: logger
         )
         do {
@@ -72,7 +91,11 @@ public final class ControllerServer: Service, Sendable {
                 certificateChain: chain.map { .certificate($0) },
                 privateKey: .privateKey(key)
             )
-            configuration.minimumTLSVersion = .tlsv12
+            // Every client of this port is ours (ILSClient, the CLI, the tunnel, the gateway; all BoringSSL through
+            // swift-nio-ssl), so TLS 1.3 only: BoringSSL's three TLS 1.3 suites (AES-128/256-GCM, ChaCha20-Poly1305)
+            // are all AEAD with an ephemeral key exchange (RFC 8446 §9.1), so there is no CBC suite to offer and no
+            // weak suite a client's order could pick, which is what a server cipher order guards against in TLS 1.2.
+            configuration.minimumTLSVersion = .tlsv13
             configuration.trustRoots = .certificates(
                 try NIOSSLCertificate.fromPEMBytes(Array(state.authority.certificatePEM.utf8))
             )
@@ -106,11 +129,19 @@ public final class ControllerServer: Service, Sendable {
         let overlay = self.overlay
         let connections = self.connections
         let handshakeTimeout = self.handshakeTimeout
+        let requestTimeouts = self.requestTimeouts
+        let limitHandler = ConnectionLimitHandler(limiter: limiter, observer: Self.limitObserver(logger: logger))
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 256)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                // Devices, gateways and API callers all count: the caps refuse at accept, before TLS.
+                .serverChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(limitHandler)
+                    }
+                }
                 // Relayed circuits carry small interactive records (an SSE event, a request head): Nagle would hold
                 // each behind the previous one's ACK.
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -135,6 +166,7 @@ public final class ControllerServer: Service, Sendable {
                                             channel.pipeline.syncOperations,
                                             router: router,
                                             logger: logger,
+                                            timeouts: requestTimeouts,
                                             clientCertificate: ControllerHTTPHandler.verifiedTLSClientCertificate
                                         )
                                     }
@@ -152,15 +184,19 @@ public final class ControllerServer: Service, Sendable {
         return address
     }
 
-    /// The JSON API on an accepted connection after TLS: idle timeout, HTTP/1.1 within `headerLimits`, and
-    /// `ControllerHTTPHandler`, which takes the caller's identity from `clientCertificate`.
+    /// The JSON API on an accepted connection after TLS: fixed deadlines for each request's head and body and for
+    /// idle spells, HTTP/1.1 within `headerLimits`, and `ControllerHTTPHandler`, which takes the caller's identity
+    /// from `clientCertificate`.
     private static func configureAPIPipeline(
         _ pipeline: ChannelPipeline.SynchronousOperations,
         router: ControllerRouter,
         logger: Logger,
+        timeouts: APIRequestDeadlines.Timeouts,
         clientCertificate: @escaping ControllerHTTPHandler.ClientCertificate
     ) throws {
-        try pipeline.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
+        try pipeline.addHandler(
+            APIRequestDeadlineHandler(timeouts: timeouts) { ControllerMetrics.refusal("request_timeout") }
+        )
         try pipeline.configureHTTPServerPipeline(
             withPipeliningAssistance: true,
             withServerUpgrade: nil,
@@ -185,7 +221,27 @@ public final class ControllerServer: Service, Sendable {
         _ pipeline: ChannelPipeline.SynchronousOperations,
         clientCertificate: [UInt8]?
     ) throws {
-        try Self.configureAPIPipeline(pipeline, router: router, logger: logger) { _ in clientCertificate }
+        try Self.configureAPIPipeline(pipeline, router: router, logger: logger, timeouts: requestTimeouts) { _ in
+            clientCertificate
+        }
+    }
+
+    /// Counts open connections and refusals of the caps, and logs a refusal once per source per minute.
+    private static func limitObserver(logger: Logger) -> ConnectionLimitHandler.Observer {
+        ConnectionLimitHandler.Observer(
+            openChanged: { ControllerMetrics.connectionsOpen.record($0) },
+            refused: { refusal in
+                ControllerMetrics.connectionRefused(refusal.cap)
+                guard refusal.logged else { return }
+                logger.warning(
+                    "connection refused: too many open connections",
+                    metadata: [
+                        "source": "\(refusal.source)", "cap": "\(refusal.cap.rawValue)",
+                        "unlogged_refusals": "\(refusal.unlogged)",
+                    ]
+                )
+            }
+        )
     }
 
     /// Stops listening and closes every connection: API clients, devices and gateways (which reconnect to the

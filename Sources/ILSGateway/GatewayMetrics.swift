@@ -1,3 +1,4 @@
+import ILSFabric
 import Metrics
 
 /// What an overlay gateway counts (`--metrics`).
@@ -7,6 +8,15 @@ enum GatewayMetrics {
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")
+
+    /// HTTP mode: client connections open (`ConnectionLimiter`'s count).
+    static let connectionsOpen = Gauge(label: "ils_connections_open", dimensions: [("listener", "http")])
+
+    /// HTTP mode: a client connection the caps refused at accept.
+    static func connectionRefused(_ cap: ConnectionLimiter.Cap) {
+        Counter(label: "ils_connections_refused_total", dimensions: [("listener", "http"), ("cap", cap.rawValue)])
+            .increment()
+    }
 
     static func refusal(_ reason: String) {
         Counter(label: "ils_gateway_refusals_total", dimensions: [("reason", reason)]).increment()

@@ -1,4 +1,5 @@
 public import ILSCore
+public import ILSFabric
 public import ILSProxy
 
 /// `serve --mode http`: a listening, TLS-terminating reverse proxy for clients that don't speak the overlay.
@@ -21,7 +22,13 @@ public struct HTTPModeConfiguration: Sendable {
     /// On shutdown, how long in-flight requests (a long SSE answer, say) may run before they are cut.
     public var drainTimeout: TimeSpan = .seconds(30)
 
+    /// Connections open at once, per client address and in total; beyond them a connection is closed at accept.
+    public var connectionLimits: ConnectionLimiter.Limits = Self.defaultConnectionLimits
+
     public static let defaultListen = HostPort(host: "0.0.0.0", port: 8443)
+    /// A browser opens about 6 connections to a host, so 512 per address is some 80 browsers behind one NAT; 16384
+    /// in total matches the backend pool's default `--backend-max-connections`.
+    public static let defaultConnectionLimits = ConnectionLimiter.Limits(total: 16384, perSource: 512)
 
     public init(listen: HostPort, tls: TLSFiles?, proxy: ProxyConfiguration) {
         self.listen = listen

@@ -38,6 +38,7 @@ public final class HTTPModeServer: Service, Sendable {
     /// Binds the listening socket and starts accepting. Returns the bound address (useful with port 0).
     public func start() async throws(ILSError) -> SocketAddress {
         let quiesce = ServerQuiescingHelper(group: group)
+        let limitHandler = Self.connectionLimitHandler(configuration.connectionLimits, logger: logger)
         let core = self.core
         let tlsContext = self.tlsContext
         let children = self.children
@@ -47,6 +48,8 @@ public final class HTTPModeServer: Service, Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // First, so a connection beyond the caps is closed before anything else counts or tracks it.
+                    try channel.pipeline.syncOperations.addHandler(limitHandler)
                     try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
                 }
             }

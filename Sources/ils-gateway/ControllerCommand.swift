@@ -78,6 +78,7 @@ struct ControllerCommand: AsyncParsableCommand {
         @Option(help: "HOST:PORT to listen on. Env: ILS_LISTEN. Default: 0.0.0.0 and the controller address's port.")
         var listen: String?
 
+        @OptionGroup var connectionOptions: ControllerConnectionOptions
         @OptionGroup var configOptions: ConfigOptions
         @OptionGroup var logOptions: LogOptions
         @OptionGroup var metricsOptions: MetricsOptions
@@ -99,7 +100,13 @@ struct ControllerCommand: AsyncParsableCommand {
             }
             let logger = try logOptions.bootstrap(label: "ils-controller", layers: layers)
             let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
-            let server = try ControllerServer(state: controllerState, listen: listenAddress, logger: logger)
+            let server = try ControllerServer(
+                state: controllerState,
+                listen: listenAddress,
+                logger: logger,
+                requestTimeouts: try connectionOptions.requestTimeouts(layers),
+                connectionLimits: try connectionOptions.limits(layers)
+            )
             if let metrics {
                 try await runUntilSignalled(server, metrics, logger: logger)
             } else {

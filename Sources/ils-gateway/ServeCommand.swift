@@ -95,6 +95,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed. Default: 30s.")
     var drainTimeout: String?
 
+    @OptionGroup var connectionLimitOptions: HTTPConnectionLimitOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
@@ -195,6 +196,12 @@ struct ServeCommand: AsyncParsableCommand {
         let proxy = try proxyConfiguration(layers: layers)
         var configuration = HTTPModeConfiguration(listen: listenAddress, tls: tls, proxy: proxy)
         configuration.drainTimeout = try TimeSpan(parsing: layers.string(.drainTimeout, flag: drainTimeout) ?? "30s")
+        configuration.connectionLimits = try .resolve(
+            total: connectionLimitOptions.maxConnections,
+            perSource: connectionLimitOptions.maxConnectionsPerSource,
+            layers: layers,
+            defaults: HTTPModeConfiguration.defaultConnectionLimits
+        )
         return configuration
     }
 

@@ -14,6 +14,7 @@ are tested, whatever a client would have caught first.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import http.client
 import json
@@ -23,7 +24,7 @@ import ssl
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 from cryptography import x509
@@ -31,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 
-from conftest import Controller
+from conftest import Controller, ManagedProcess, cli_env
 from hostile import assert_no_growth, fd_count, read_until_closed, rss_bytes, send_raw
 from test_hostile_http import TLS_GARBAGE
 from test_overlay import SERVICE, enroll
@@ -686,3 +687,138 @@ def test_a_controller_that_hangs_up_mid_handshake_is_reported_unreachable(contro
         assert r.returncode == 69, r.describe()
     finally:
         listener.close()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Slowloris on the API: a request head or body trickled a piece at a time
+# ------------------------------------------------------------------------------------------------------------------
+
+REQUEST_TIMEOUT_S = 3.0  # --request-head-timeout and --request-body-timeout of the tuned controller
+TRICKLE_INTERVAL_S = 1.0
+TRICKLE_PIECES = 30  # 30 s of trickle: ten deadlines' worth, and past the old 30 s read timeout's reach per byte
+
+
+class TunedController(Controller):
+    """A controller of a test's own, run with extra `controller run` flags (short deadlines, small caps)."""
+
+    def __init__(self, binary: Path, root: Path, log_dir: Path, extra: list[str]) -> None:
+        super().__init__(binary, root, log_dir)
+        self.extra = extra
+        self.metrics_port = 0
+
+    def start(self) -> None:
+        self.process = ManagedProcess(
+            "controller-tuned",
+            [str(self.binary), "controller", "run", "--state-dir", str(self.state_dir),
+             "--listen", f"127.0.0.1:{self.port}", "--log-level", "info", *self.extra],
+            self.log_dir,
+            cwd=self.root,
+            env=cli_env(),
+        )
+        self.process.start()
+        self.process.wait_for_port(self.port)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, binary: Path, extra: list[str]) -> Iterator["TunedController"]:
+        import shutil
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="ils-ctl-tuned-harness-") as harness, \
+                tempfile.TemporaryDirectory(prefix="ils-ctl-tuned-") as root:
+            copy = Path(harness) / "ils-gateway"
+            shutil.copy2(binary, copy)
+            c = cls(copy, Path(root), Path(harness), extra)
+            c.init_result = c.init()
+            assert c.init_result.returncode == 0, c.init_result.describe()
+            c.start()
+            try:
+                yield c
+            finally:
+                c.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_api_controller(ils_bin: Path) -> Iterator[TunedController]:
+    with TunedController.running(ils_bin, [f"--request-head-timeout={REQUEST_TIMEOUT_S:g}s",
+                                           f"--request-body-timeout={REQUEST_TIMEOUT_S:g}s"]) as c:
+        yield c
+
+
+def trickle(c: Controller, first: bytes, piece: bytes) -> tuple[int, float, bytes, bool]:
+    """Sends `first` over TLS, then `piece` every TRICKLE_INTERVAL_S until the controller closes (or TRICKLE_PIECES
+    went by). Returns (pieces sent, seconds from the first byte to the close, what came back, closed)."""
+    raw = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+    tls = tls_context(c, None).wrap_socket(raw, server_hostname="127.0.0.1")
+    data, sent, closed = b"", 0, False
+    started = time.monotonic()
+    try:
+        tls.sendall(first)
+        while sent < TRICKLE_PIECES and not closed:
+            tls.settimeout(TRICKLE_INTERVAL_S)
+            try:
+                chunk = tls.recv(65536)
+                data += chunk
+                closed = chunk == b""
+            except socket.timeout:
+                try:
+                    tls.sendall(piece)
+                    sent += 1
+                except (ssl.SSLError, OSError):
+                    closed = True
+            except (ssl.SSLError, OSError):
+                closed = True
+        if not closed:
+            out = read_until_closed(tls, deadline_s=CLOSE_BOUND_S)
+            data, closed = data + out.data, out.closed
+        return sent, time.monotonic() - started, data, closed
+    finally:
+        tls.close()
+
+
+def test_a_trickled_request_head_is_answered_408_at_its_deadline(slow_api_controller: TunedController) -> None:
+    """One header line a second: before fixed deadlines every byte reset a 30 s read timeout, and the connection
+    stayed open as long as the trickle went on. Now the head is due 3 s after the first byte, however it trickles."""
+    c = slow_api_controller
+    admin = pem_files(c, "admin")
+    sent, elapsed, data, closed = trickle(c, b"GET /v1/enroll/info HTTP/1.1\r\nHost: x\r\n", b"X-Trickle: x\r\n")
+    print(f"head trickle: {sent} lines sent, closed={closed} after {elapsed:.1f} s: {data[:200]!r}")
+    assert closed and sent < TRICKLE_PIECES, f"the trickle kept the connection open for {elapsed:.0f} s"
+    assert elapsed < REQUEST_TIMEOUT_S + CLOSE_BOUND_S, f"closed only after {elapsed:.1f} s"
+    assert data.startswith(b"HTTP/1.1 408 "), data[:300]
+    assert b'"code":"request_timeout"' in data, data[:300]
+    assert_controller_serves(c, admin)
+
+
+def test_a_trickled_enrollment_body_is_answered_408_and_spends_nothing(slow_api_controller: TunedController) -> None:
+    """One body byte a second of a genuine enrollment: 408 once the body is 3 s late; the token stays unspent (the
+    store row is unchanged) and enrolls afterwards."""
+    c = slow_api_controller
+    admin = pem_files(c, "admin")
+    token = make_token(c, "trickle-body")
+    row = store_row(c, "trickle-body")
+    body = json.dumps(enroll_request(token)).encode()
+    head = (b"POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    sent, elapsed, data, closed = trickle(c, head + body[:10], b" ")
+    print(f"body trickle: {sent} bytes sent, closed={closed} after {elapsed:.1f} s: {data[:200]!r}")
+    assert closed and sent < TRICKLE_PIECES, f"the trickle kept the connection open for {elapsed:.0f} s"
+    assert elapsed < REQUEST_TIMEOUT_S + CLOSE_BOUND_S, f"closed only after {elapsed:.1f} s"
+    assert data.startswith(b"HTTP/1.1 408 "), data[:300]
+    assert store_row(c, "trickle-body") == row, "the cut enrollment changed the store"
+    status, answer = api(c, "POST", "/v1/enroll", None, enroll_request(token))
+    assert status == 200, (status, answer)
+    assert_controller_serves(c, admin)
+
+
+def test_a_connection_that_sends_nothing_after_tls_is_closed_without_an_answer(
+        slow_api_controller: TunedController) -> None:
+    c = slow_api_controller
+    raw = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+    tls = tls_context(c, None).wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        out = read_until_closed(tls, deadline_s=REQUEST_TIMEOUT_S + CLOSE_BOUND_S)
+    finally:
+        tls.close()
+    print(f"silent API connection: {out.describe()}")
+    assert out.closed and out.responses == 0, out.describe()

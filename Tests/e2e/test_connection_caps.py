@@ -1,0 +1,170 @@
+"""Connection caps on the two listening ports, through the real binary: the controller's one port (`controller run
+--max-connections[-per-source]`) and HTTP mode's listener (`serve --mode http --max-connections[-per-source]`).
+
+A connection beyond a cap is accepted by the kernel and closed by the server at once, before TLS: the client reads
+end of file without a byte. Each test checks the refusal (no bytes, closed), the metric
+(`ils_connections_refused_total{listener,cap}`), the log line (one per source per interval, however many refusals),
+that the connections already held were not disturbed, and that a good client is served once a held one closes.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import Backend, Certs, Gateway, free_port
+from hostile import read_until_closed
+from test_hostile_controller import TunedController, api, assert_controller_serves, pem_files
+
+pytestmark = pytest.mark.e2e
+
+REFUSAL_BOUND_S = 5.0  # a refused connection is closed at accept: this bound is only for a loaded machine
+HELD = 4
+EXTRA = 3
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """One sample of the Prometheus text at --metrics; 0 when the series does not exist yet."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            return float(m.group(2))
+    return 0.0
+
+
+def hold(port: int, n: int) -> list[socket.socket]:
+    """n TCP connections that send nothing (each within the server's handshake or idle deadline for this test)."""
+    return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(n)]
+
+
+def assert_refused_at_accept(port: int) -> None:
+    """Connects and expects the server to close without sending a byte, before any TLS."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        out = read_until_closed(s, deadline_s=REFUSAL_BOUND_S)
+    assert out.closed and out.data == b"", f"a connection beyond the cap was not refused at accept: {out.describe()}"
+
+
+def assert_still_open(socks: list[socket.socket]) -> None:
+    for s in socks:
+        s.setblocking(False)
+        try:
+            data = s.recv(1)
+            assert data != b"", "a held connection was closed by the refusals of others"
+        except BlockingIOError:
+            pass  # open, nothing to read: as expected
+        finally:
+            s.setblocking(True)
+
+
+def refusal_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "too many open connections" in line]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The controller's port
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tuned_controller(ils_bin: Path, request) -> Iterator[TunedController]:
+    metrics_port = free_port()
+    extra = list(request.param) + ["--metrics", f"127.0.0.1:{metrics_port}"]
+    with TunedController.running(ils_bin, extra) as c:
+        c.metrics_port = metrics_port
+        yield c
+
+
+@pytest.mark.parametrize(
+    "tuned_controller,cap",
+    [
+        ((f"--max-connections-per-source={HELD}",), "per_source"),
+        ((f"--max-connections={HELD}", "--max-connections-per-source=100"), "total"),
+    ],
+    indirect=["tuned_controller"],
+    ids=["per-source", "total"],
+)
+def test_controller_caps_refuse_at_accept(tuned_controller: TunedController, cap: str) -> None:
+    c = tuned_controller
+    admin = pem_files(c, "admin")
+    time.sleep(0.5)  # the port probe of the start-up has been counted out
+    socks = hold(c.port, HELD)
+    try:
+        for _ in range(EXTRA):
+            assert_refused_at_accept(c.port)
+        assert_still_open(socks)
+        refused = metric(c.metrics_port, "ils_connections_refused_total", listener="controller", cap=cap)
+        assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
+        lines = refusal_lines(c.process.full_log())
+        print(f"{EXTRA} refusals, log lines: {lines}")
+        assert len(lines) == 1, f"expected one log line for {EXTRA} refusals from one source: {lines}"
+        assert f"cap={cap}" in lines[0] and "source=127.0.0.1" in lines[0], lines[0]
+    finally:
+        for s in socks:
+            s.close()
+    # A good client is served once the held connections are gone.
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = api(c, "GET", "/v1/whoami", admin)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == 200 and body["name"] == "admin", (status, body)
+    assert_controller_serves(c, admin)
+    assert metric(c.metrics_port, "ils_connections_open", listener="controller") <= 1
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# HTTP mode's listener
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags,cap",
+    [
+        ((f"--max-connections-per-source={HELD}",), "per_source"),
+        ((f"--max-connections={HELD}", "--max-connections-per-source=100"), "total"),
+    ],
+    ids=["per-source", "total"],
+)
+def test_http_mode_caps_refuse_at_accept(ils_bin: Path, backend: Backend, certs: Certs, work_dir: Path,
+                                         flags: tuple[str, ...], cap: str) -> None:
+    metrics_port = free_port()
+    g = Gateway(ils_bin, "tls", backend, certs, work_dir, [*flags, "--metrics", f"127.0.0.1:{metrics_port}"])
+    g.start()
+    try:
+        time.sleep(0.5)  # the port probe of the start-up has been counted out
+        socks = hold(g.port, HELD)
+        try:
+            for _ in range(EXTRA):
+                assert_refused_at_accept(g.port)
+            assert_still_open(socks)
+            refused = metric(metrics_port, "ils_connections_refused_total", listener="http", cap=cap)
+            assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
+            lines = refusal_lines(g.full_log())
+            print(f"{EXTRA} refusals, log lines: {lines}")
+            assert len(lines) == 1, f"expected one log line for {EXTRA} refusals from one source: {lines}"
+            assert f"cap={cap}" in lines[0] and "source=127.0.0.1" in lines[0], lines[0]
+        finally:
+            for s in socks:
+                s.close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with g.client() as client:
+                    r = client.get("/health")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert r.status_code == 200, r.text
+    finally:
+        g.stop()
