@@ -82,16 +82,19 @@ public struct ControllerClient: Sendable {
         }
     }
 
+    /// The controller's refusal as an `ILSError`. Its sentence is printed as is by every command, so it is made
+    /// safe here, where it enters: control characters escaped (`ControlCharacters`), at most 1,000 characters.
     static func error(status: Int, body: Data) -> ILSError {
         guard let error = try? JSONDecoder().decode(ControllerAPI.ErrorBody.self, from: body) else {
             return ILSError(.unavailable, "the controller answered HTTP \(status) without an explanation")
         }
+        let reason = ControlCharacters.bounded(error.error, limit: 1000)
         if let refusal = EnrollmentRefusal(rawValue: error.code) {
-            return ILSError(refusal.error.code, error.error)
+            return ILSError(refusal.error.code, reason)
         }
         let known: [ILSError.Code] = [.invalidArgument, .invalidInput, .notFound, .permissionDenied, .conflict]
         let code = known.first { $0.name == error.code } ?? .unavailable
-        return ILSError(code, error.error)
+        return ILSError(code, reason)
     }
 
     /// One request on a fresh TLS connection.

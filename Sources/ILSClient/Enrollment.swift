@@ -36,9 +36,16 @@ public enum Enrollment {
     public struct Result: Sendable {
         public let file: IdentityFile
         public let path: String
+        /// The PEM files written next to it (`IdentityPEMFiles`), when asked for.
+        public let pemPaths: [String]
     }
 
-    public static func enroll(token: String, outputPath: String?, force: Bool, now: Date = Date())
+    /// How much each output file reserves on disk before the token is spent: an identity file is about 2.5 KB and
+    /// a PEM file under 1 KB, so a file system with room for this has room for the file, with margin for a longer
+    /// CA chain.
+    static let reservedBytesPerFile = 16 * 1024
+
+    public static func enroll(token: String, outputPath: String?, force: Bool, pem: Bool = false, now: Date = Date())
         async throws(ILSError)
         -> Result
     {
@@ -47,10 +54,12 @@ public enum Enrollment {
         try EnrollmentToken.checkExpiry(claims, now: Int64(now.timeIntervalSince1970))
         try IdentityName.validate(claims.ils_name)
         let path = outputPath ?? defaultPath(for: claims.ils_name)
+        let pemPaths = pem ? IdentityPEMFiles.paths(nextTo: path) : []
         // Anything at the path counts, a dangling symbolic link too (`attributesOfItem` does not follow links): the
         // refusal must come before the token is spent, not when the file is written.
-        if !force, (try? FileManager.default.attributesOfItem(atPath: path)) != nil {
-            throw ILSError(.conflict, "\(path) already exists; give --force to replace it or --out for another file")
+        for output in [path] + pemPaths
+        where !force && (try? FileManager.default.attributesOfItem(atPath: output)) != nil {
+            throw ILSError(.conflict, "\(output) already exists; give --force to replace it or --out for another file")
         }
         // Check now that the file can be written, but create nothing until the controller has said yes: a refused
         // enrollment leaves no trace on disk.
@@ -71,12 +80,48 @@ public enum Enrollment {
         guard let tokenKey = Base64URL.decode(info.tokenKey) else { throw EnrollmentRefusal.badSignature.error }
         _ = try EnrollmentToken.verify(token, publicKey: tokenKey, now: Int64(now.timeIntervalSince1970))
 
+        // Room on disk is checked by taking it: each output's temporary file is made and filled now, before the
+        // token is spent, and the content goes into it afterwards. A full disk refuses here, with the token intact.
+        let outputs = try Outputs.reserve([path] + pemPaths, in: directory)
         let keyPair = IdentityKeyPair.generate()
-        let response: ControllerAPI.EnrollResponse = try await client.call(
-            .POST,
-            "/v1/enroll",
-            body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
-        )
+        let response: ControllerAPI.EnrollResponse
+        do {
+            response = try await client.call(
+                .POST,
+                "/v1/enroll",
+                body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
+            )
+        } catch {
+            outputs.abandon()
+            throw error
+        }
+        let file: IdentityFile
+        do {
+            file = try checkedFile(response, keyPair: keyPair, claims: claims)
+        } catch {
+            outputs.abandon()
+            throw error
+        }
+        do {
+            try outputs.commit(
+                [try IdentityFileIO.encode(file)] + IdentityPEMFiles.contents(of: file),
+                overwrite: force
+            )
+        } catch {
+            throw ILSError(
+                error.code,
+                "\(error.reason); the token is now used, so ask an admin to run 'admin identity reissue \(claims.ils_name)'"
+            )
+        }
+        return Result(file: file, path: path, pemPaths: pemPaths)
+    }
+
+    /// The identity file for the controller's answer, once it is what the token promised.
+    private static func checkedFile(
+        _ response: ControllerAPI.EnrollResponse,
+        keyPair: IdentityKeyPair,
+        claims: EnrollmentToken.Claims
+    ) throws(ILSError) -> IdentityFile {
         // What goes into the identity file becomes this identity's trust anchor: it must be the CA the token pinned
         // and the controller the token named, not merely what the controller answered.
         guard try IdentityCertificateAuthority.fingerprint(pem: response.caCertificate) == claims.ils_ca else {
@@ -87,23 +132,68 @@ public enum Enrollment {
         guard certificate.publicKey == keyPair.publicKey, certificate.id == claims.sub else {
             throw ILSError(.unavailable, "the controller returned a certificate for a different key or identity")
         }
-        let file = IdentityFile(
+        return IdentityFile(
             controller: response.controller,
             identity: response.identity,
             certificate: response.certificate,
             caCertificate: response.caCertificate,
             privateKey: keyPair.privateKeyPEM
         )
-        do {
+    }
+}
+
+extension Enrollment {
+    /// The files an enrollment will write, reserved on disk before the token is spent
+    /// (`SecureFile.reserve`), with the directories made for them, so that a refusal can undo both.
+    struct Outputs {
+        private let reservations: [SecureFile.Reservation]
+        /// Directories this enrollment created, deepest first.
+        private let createdDirectories: [String]
+
+        static func reserve(_ paths: [String], in directory: String) throws(ILSError) -> Outputs {
+            var missing: [String] = []
+            var candidate = directory
+            while !candidate.isEmpty, candidate != "/", !FileManager.default.fileExists(atPath: candidate) {
+                missing.append(candidate)
+                candidate = (candidate as NSString).deletingLastPathComponent
+            }
             if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
-            try IdentityFileIO.write(file, to: path, overwrite: force)
-        } catch {
-            throw ILSError(
-                error.code,
-                "\(error.reason); the token is now used, so ask an admin to run 'admin identity reissue \(claims.ils_name)'"
-            )
+            var reservations: [SecureFile.Reservation] = []
+            do throws(ILSError) {
+                for path in paths {
+                    reservations.append(try SecureFile.reserve(path, bytes: Enrollment.reservedBytesPerFile))
+                }
+            } catch {
+                Outputs(reservations: reservations, createdDirectories: missing).abandon()
+                throw ILSError(
+                    error.code,
+                    "\(error.reason); nothing was written and the token was not used: make room and enroll again"
+                )
+            }
+            return Outputs(reservations: reservations, createdDirectories: missing)
         }
-        return Result(file: file, path: path)
+
+        private init(reservations: [SecureFile.Reservation], createdDirectories: [String]) {
+            self.reservations = reservations
+            self.createdDirectories = createdDirectories
+        }
+
+        func commit(_ contents: [Data], overwrite: Bool) throws(ILSError) {
+            for (reservation, data) in zip(reservations, contents) {
+                do {
+                    try reservation.commit(data, overwrite: overwrite)
+                } catch {
+                    abandon()
+                    throw error
+                }
+            }
+        }
+
+        /// Removes every temporary file and the directories made for them (only if still empty).
+        func abandon() {
+            for reservation in reservations { reservation.abandon() }
+            for directory in createdDirectories { rmdir(directory) }
+        }
     }
 }
 
@@ -128,10 +218,14 @@ extension Enrollment {
 /// Reading and writing identity files.
 public enum IdentityFileIO {
     public static func write(_ file: IdentityFile, to path: String, overwrite: Bool) throws(ILSError) {
+        try SecureFile.write(try encode(file), to: path, overwrite: overwrite)
+    }
+
+    static func encode(_ file: IdentityFile) throws(ILSError) -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(file) else { throw ILSError(.internalError, "could not encode") }
-        try SecureFile.write(data, to: path, overwrite: overwrite)
+        return data
     }
 
     public static func read(_ path: String) throws(ILSError) -> IdentityFile {

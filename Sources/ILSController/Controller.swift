@@ -102,10 +102,24 @@ public struct Controller: Sendable {
         }
     }
 
-    /// Records a refused enrollment in the audit log (the reason code only; never the token).
-    public func auditRefusedEnrollment(_ error: ILSError, peer: String) {
-        try? state.store.audit(actor: peer, action: "enroll.refused", target: "-", detail: error.code.name)
+    /// Records a refused enrollment in the audit log (the reason code only; never the token). The caller has no
+    /// credentials, so the rows are aggregated per source and code (`RefusalAggregator`).
+    public func auditRefusedEnrollment(_ error: ILSError, peer: String, now: Int64) {
+        state.refusals.record(
+            source: peer,
+            code: error.code.name,
+            now: now,
+            action: Self.enrollRefused,
+            store: state.store
+        )
     }
+
+    /// Writes the refusal counts not yet in the audit log (before it is read; and in the background).
+    public func flushRefusals() {
+        state.refusals.drain(action: Self.enrollRefused, store: state.store)
+    }
+
+    static let enrollRefused = "enroll.refused"
 
     /// Who is calling the admin API: the identity whose *current* certificate was presented, if it is an active
     /// admin. A certificate replaced by `reissue`, or of a deleted, disabled or revoked identity, is refused.
@@ -142,8 +156,9 @@ public struct Controller: Sendable {
         guard let identity = try state.store.identity(id: id), let fingerprint,
             identity.certificateFingerprint == fingerprint
         else { throw ILSError(.permissionDenied, "this identity certificate is no longer valid") }
-        guard identity.state == .active else {
-            throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(identity.state.rawValue)")
+        let current = state.unsavedBlocks.block(id: id)?.state ?? identity.state
+        guard current == .active else {
+            throw ILSError(.permissionDenied, "identity '\(identity.name)' is \(current.rawValue)")
         }
         return identity
     }
@@ -180,14 +195,67 @@ public struct Controller: Sendable {
         return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
     }
 
-    /// Ids of identities that must not get in anywhere: revoked or disabled.
+    /// Ids of identities that must not get in anywhere: revoked or disabled, in the store or only in memory.
     public func blockedIdentityIDs() -> [String] {
-        ((try? state.store.identities()) ?? []).filter { $0.state == .revoked || $0.state == .disabled }.map(\.id)
+        let stored = ((try? state.store.identities()) ?? []).filter { $0.state == .revoked || $0.state == .disabled }
+        return Array(Set(stored.map(\.id)).union(state.unsavedBlocks.all.map(\.id))).sorted()
+    }
+
+    /// What a state change did: saved in the store, or (a revocation or disablement the store could not write)
+    /// in force on this controller only, with the store's error.
+    public enum StateChange: Sendable {
+        case saved(IdentityRecord)
+        case unsaved(IdentityRecord, ILSError)
+
+        public var record: IdentityRecord {
+            switch self {
+            case .saved(let record), .unsaved(let record, _): return record
+            }
+        }
     }
 
     /// Revokes, disables or enables an identity in one store transaction. Revoked is final.
-    public func changeState(name: String, to target: IdentityState, actor: String) throws(ILSError) -> IdentityRecord {
-        try state.store.changeState(named: name, to: target, actor: actor)
+    ///
+    /// A block must take effect even when the store cannot be written (a full disk under the state directory): if
+    /// the transaction fails for a revocation or disablement that the store's current state allows, the block is
+    /// kept in memory (`UnsavedBlocks`) and the caller closes the connections and pushes it all the same.
+    public func changeState(name: String, to target: IdentityState, actor: String) throws(ILSError) -> StateChange {
+        do {
+            let record = try state.store.changeState(named: name, to: target, actor: actor)
+            state.unsavedBlocks.remove(id: record.id)
+            return .saved(record)
+        } catch {
+            guard let stored = try state.store.identity(named: name) else { throw error }
+            let unsaved = state.unsavedBlocks.block(id: stored.id)
+            if target == .active, unsaved?.state == .disabled, stored.state == .active {
+                // Enabling what only memory disabled: the store already says active.
+                state.unsavedBlocks.remove(id: stored.id)
+                return .saved(stored)
+            }
+            guard target != .active, error.code == .internalError, stored.state != .revoked else { throw error }
+            state.unsavedBlocks.add(id: stored.id, name: stored.name, state: target, actor: actor)
+            var record = stored
+            record.state = target
+            return .unsaved(record, error)
+        }
+    }
+
+    /// Tries again to save the blocks only this controller knows; returns how many are still unsaved.
+    @discardableResult
+    public func saveUnsavedBlocks() -> Int {
+        for block in state.unsavedBlocks.all {
+            let saved = try? state.store.changeState(named: block.name, to: block.state, actor: block.actor)
+            // Saved now, or no longer needed: the identity was deleted, or the store has the block already.
+            let gone: Bool
+            switch Result(catching: { () throws(ILSError) in try state.store.identity(id: block.id) }) {
+            case .success(let stored): gone = stored == nil || stored?.state == block.state
+            case .failure: gone = false
+            }
+            if saved != nil || gone {
+                state.unsavedBlocks.remove(id: block.id)
+            }
+        }
+        return state.unsavedBlocks.all.count
     }
 
     public func identity(named name: String) throws(ILSError) -> IdentityRecord {

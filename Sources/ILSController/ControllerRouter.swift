@@ -56,7 +56,7 @@ struct ControllerRouter: Sendable {
                 logger.info("enrolled", metadata: ["identity": "\(response.identity.name)", "peer": "\(request.peer)"])
                 return try Self.json(response)
             } catch {
-                controller.auditRefusedEnrollment(error, peer: request.peer)
+                controller.auditRefusedEnrollment(error, peer: request.peer, now: Int64(Date().timeIntervalSince1970))
                 ControllerMetrics.refusal(error.code.name)
                 logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
                 throw error
@@ -106,25 +106,62 @@ struct ControllerRouter: Sendable {
         case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
             (.POST, "identities", 3, "enable"):
             let target: IdentityState = path[2] == "revoke" ? .revoked : path[2] == "disable" ? .disabled : .active
-            let record = try controller.changeState(name: name, to: target, actor: actor)
+            let change = try controller.changeState(name: name, to: target, actor: actor)
+            let record = change.record
             // Before answering: end the identity's live connections (and so its circuits) here, and tell every
-            // gateway, which ends its circuits too and refuses new ones.
+            // gateway, which ends its circuits too and refuses new ones. This happens whether or not the store
+            // could save the change: a full disk must not keep a lost device streaming.
             if target != .active { live.close(identityID: record.id) }
             if target == .revoked { ControllerMetrics.revocations.increment() }
             live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
-            logger.notice("identity \(target.rawValue)", metadata: ["identity": "\(name)", "actor": "\(actor)"])
-            return try Self.json(record)
+            guard case .unsaved(_, let storeError) = change else {
+                logger.notice("identity \(target.rawValue)", metadata: ["identity": "\(name)", "actor": "\(actor)"])
+                return try Self.json(record)
+            }
+            logger.error(
+                "identity \(target.rawValue) in memory only: the store could not save it",
+                metadata: [
+                    "identity": "\(name)", "actor": "\(actor)", "error": "\(storeError.detail ?? storeError.reason)",
+                ]
+            )
+            throw ILSError(
+                .unavailable,
+                "'\(name)' is \(target.rawValue) now: its connections were closed and every gateway was told to block "
+                    + "it, but the store could not save the change (is its disk full?); this controller retries and "
+                    + "keeps the block until it restarts: run the command again once the store can be written"
+            )
         case (.GET, "sessions", 1, _):
             return try Self.json(relay.sessions())
         case (.POST, "identities", 3, "reissue"):
             let body = try Self.decode(ControllerAPI.ReissueRequest.self, request.body)
             return try Self.json(try controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor))
         case (.GET, "audit", 1, _):
-            let since = request.query["since"].flatMap(Int64.init) ?? 0
-            return try Self.json(try controller.state.store.auditEntries(since: since))
+            return try Self.json(try auditPage(request.query))
         default:
             throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
         }
+    }
+
+    /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N` (`ControllerAPI.AuditPage`). Refusal counts not yet
+    /// written go in first, so the page shows every refusal up to now.
+    private func auditPage(_ query: [String: String]) throws(ILSError) -> ControllerAPI.AuditPage {
+        func number(_ name: String) throws(ILSError) -> Int64? {
+            guard let text = query[name] else { return nil }
+            guard let value = Int64(text), value >= 0 else {
+                throw ILSError(.invalidArgument, "'\(name)' must be a whole number, not '\(text.prefix(40))'")
+            }
+            return value
+        }
+        let maximum = ControllerAPI.AuditPage.maximumLimit
+        let limit = Int(min(try number("limit") ?? Int64(maximum), Int64(maximum)))
+        guard limit > 0 else { throw ILSError(.invalidArgument, "'limit' must be at least 1") }
+        controller.flushRefusals()
+        let entries = try controller.state.store.auditEntries(
+            since: try number("since") ?? 0,
+            before: try number("before"),
+            limit: limit
+        )
+        return ControllerAPI.AuditPage(entries: entries, nextBefore: entries.count == limit ? entries.first?.seq : nil)
     }
 
     static func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws(ILSError) -> T {
@@ -159,6 +196,7 @@ struct ControllerRouter: Sendable {
         case ILSError.Code.notFound.name: status = .notFound
         case ILSError.Code.permissionDenied.name: status = .forbidden
         case ILSError.Code.conflict.name: status = .conflict
+        case ILSError.Code.unavailable.name: status = .serviceUnavailable
         default: status = .internalServerError
         }
         let body = ControllerAPI.ErrorBody(error: error.reason, code: error.code.name)

@@ -29,6 +29,10 @@ public struct ControllerState: Sendable {
     public let serverKeyPEM: String
     let tokenKey: IdentityKeyPair
     public let store: any IdentityStore
+    /// Unauthenticated refusals, counted so they cannot flood the audit log (shared by every copy of this state).
+    public let refusals = RefusalAudit()
+    /// Blocks in force that the store could not save yet (shared by every copy of this state).
+    public let unsavedBlocks = UnsavedBlocks()
 
     /// A state whose parts are already in memory. `initialize` and `load` build it from the state directory; the
     /// fuzz targets build it from fixed keys and an in-memory store.

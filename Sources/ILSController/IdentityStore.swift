@@ -67,14 +67,31 @@ public protocol IdentityStore: Sendable {
     func touch(id: String, at time: Int64) throws(ILSError)
     func service(named name: String) throws(ILSError) -> ServiceRecord?
     func createService(_ service: ServiceRecord) throws(ILSError)
+    /// Appends an audit row. `actor`, `target` and `detail` may come from a peer (a name, a service a gateway
+    /// asked for, a refusal sentence): the store keeps them bounded and with control characters escaped
+    /// (`AuditLimits`), so a row can neither forge terminal output nor grow without bound.
     func audit(actor: String, action: String, target: String, detail: String) throws(ILSError)
-    func auditEntries(since: Int64) throws(ILSError) -> [AuditEntry]
+    /// One page of the audit log, oldest first: the newest `limit` entries at or after `since` (UNIX seconds) whose
+    /// `seq` is below `before` (all when nil). The next (older) page is `before: page.first.seq`.
+    func auditEntries(since: Int64, before: Int64?, limit: Int) throws(ILSError) -> [AuditEntry]
+    /// Deletes audit entries older than `olderThan` (UNIX seconds) and the oldest beyond the newest `keepingAtMost`,
+    /// at most `batch` rows per transaction so a writer never waits long behind it. Returns how many went.
+    func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) throws(ILSError) -> Int
 }
 
-public struct AuditEntry: Sendable, Hashable, Codable {
-    public var at: Int64
-    public var actor: String
-    public var action: String
-    public var target: String
-    public var detail: String
+extension IdentityStore {
+    /// Every entry at or after `since`, oldest first (tests and small stores; the API pages).
+    public func auditEntries(since: Int64) throws(ILSError) -> [AuditEntry] {
+        try auditEntries(since: since, before: nil, limit: Int(Int32.max))
+    }
+}
+
+public typealias AuditEntry = ControllerAPI.AuditEntry
+
+/// What the audit log keeps of a string a peer chose.
+public enum AuditLimits {
+    /// Names are at most 64 characters; a service name a gateway sends, or a peer address, fits too.
+    public static let field = 128
+    /// A refusal sentence with a name or two in it.
+    public static let detail = 512
 }

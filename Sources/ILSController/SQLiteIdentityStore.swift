@@ -36,7 +36,9 @@ public final class SQLiteIdentityStore: IdentityStore {
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
                 target TEXT NOT NULL, detail TEXT NOT NULL)
             """,
-        ]
+        ],
+        // Retention deletes by age; without an index on `at` each pass would scan the whole log.
+        ["CREATE INDEX audit_at ON audit(at)"],
     ]
 
     /// Opens (creating if needed) the store at `path`; `SQLiteIdentityStore.inMemory` is a private store that lives
@@ -119,10 +121,18 @@ public final class SQLiteIdentityStore: IdentityStore {
         )
     }
 
+    /// Every audit row goes through here: what a peer chose (a name, a service, a sentence quoting them) is kept
+    /// escaped and bounded (`AuditLimits`), whichever caller passed it.
     private func insertAudit(actor: String, action: String, target: String, detail: String) throws(ILSError) {
         try database.execute(
             "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
-            [.integer(Int64(Date().timeIntervalSince1970)), .text(actor), .text(action), .text(target), .text(detail)]
+            [
+                .integer(Int64(Date().timeIntervalSince1970)),
+                .text(ControlCharacters.bounded(actor, limit: AuditLimits.field)),
+                .text(ControlCharacters.bounded(action, limit: AuditLimits.field)),
+                .text(ControlCharacters.bounded(target, limit: AuditLimits.field)),
+                .text(ControlCharacters.bounded(detail, limit: AuditLimits.detail)),
+            ]
         )
     }
 
@@ -324,20 +334,43 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func auditEntries(since: Int64) throws(ILSError) -> [AuditEntry] {
+    public func auditEntries(since: Int64, before: Int64?, limit: Int) throws(ILSError) -> [AuditEntry] {
         try database.withConnection { () throws(ILSError) in
             try database.query(
-                "SELECT at, actor, action, target, detail FROM audit WHERE at >= ? ORDER BY seq",
-                [.integer(since)]
-            ).map { row in
+                """
+                SELECT seq, at, actor, action, target, detail FROM audit WHERE at >= ? AND seq < ?
+                ORDER BY seq DESC LIMIT ?
+                """,
+                [.integer(since), .integer(before ?? Int64.max), .integer(Int64(max(limit, 0)))]
+            ).reversed().map { row in
                 AuditEntry(
-                    at: row[0].integer ?? 0,
-                    actor: row[1].text ?? "",
-                    action: row[2].text ?? "",
-                    target: row[3].text ?? "",
-                    detail: row[4].text ?? ""
+                    seq: row[0].integer ?? 0,
+                    at: row[1].integer ?? 0,
+                    actor: row[2].text ?? "",
+                    action: row[3].text ?? "",
+                    target: row[4].text ?? "",
+                    detail: row[5].text ?? ""
                 )
             }
+        }
+    }
+
+    public func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) throws(ILSError) -> Int {
+        var removed = 0
+        while true {
+            // One short transaction per batch: an admin's write or an enrollment waits for one batch at most.
+            let count = try database.transaction { () throws(ILSError) -> Int in
+                let newest = try database.query("SELECT MAX(seq) FROM audit").first?.first?.integer ?? 0
+                return try database.execute(
+                    """
+                    DELETE FROM audit WHERE seq IN
+                        (SELECT seq FROM audit WHERE at < ? OR seq <= ? ORDER BY seq LIMIT ?)
+                    """,
+                    [.integer(olderThan), .integer(newest - Int64(keepingAtMost)), .integer(Int64(batch))]
+                )
+            }
+            removed += count
+            if count < batch { return removed }
         }
     }
 

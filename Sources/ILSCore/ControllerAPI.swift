@@ -137,6 +137,42 @@ public enum ControllerAPI {
         }
     }
 
+    /// One audit log entry. `seq` grows with every entry and is the cursor for paging (`before`).
+    public struct AuditEntry: Codable, Sendable, Hashable {
+        public var seq: Int64
+        /// UNIX seconds.
+        public var at: Int64
+        public var actor: String
+        public var action: String
+        public var target: String
+        public var detail: String
+
+        public init(seq: Int64, at: Int64, actor: String, action: String, target: String, detail: String) {
+            self.seq = seq
+            self.at = at
+            self.actor = actor
+            self.action = action
+            self.target = target
+            self.detail = detail
+        }
+    }
+
+    /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N`: the newest `limit` entries (default and maximum
+    /// `maximumLimit`) at or after `since` with `seq` below `before`, oldest first. `nextBefore` is set when older
+    /// entries may remain: pass it as `before` for the next page.
+    public struct AuditPage: Codable, Sendable {
+        public var entries: [AuditEntry]
+        public var nextBefore: Int64?
+
+        public init(entries: [AuditEntry], nextBefore: Int64?) {
+            self.entries = entries
+            self.nextBefore = nextBefore
+        }
+
+        /// The largest page the controller sends (a page of 1,000 long rows is well under a megabyte).
+        public static let maximumLimit = 1000
+    }
+
     /// Every refusal: HTTP status plus this body. `code` is API (see `EnrollmentRefusal` and docs/protocol.md).
     public struct ErrorBody: Codable, Sendable, Error {
         public var error: String

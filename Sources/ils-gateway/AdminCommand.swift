@@ -40,9 +40,15 @@ struct AuditCommand: AsyncParsableCommand {
         commandName: "audit",
         abstract: "Show the audit log: admin actions, enrollments and refusals, with time and actor.",
         discussion: """
+            Shows the newest --limit entries (default 100), oldest first. When older entries remain, the command
+            for the next page is printed on stderr (--before SEQ, the first entry's sequence number). Refused
+            enrollments are counted per source address and code: the first of a minute is one entry, the rest of
+            that minute one more entry whose detail ends in count=N.
+
             Examples:
               ils-gateway admin audit --since 24h
-              ils-gateway admin audit --json
+              ils-gateway admin audit --since 1h --limit 100
+              ils-gateway admin audit --json --before 5120
             """
     )
 
@@ -52,22 +58,37 @@ struct AuditCommand: AsyncParsableCommand {
     @Option(help: "Only entries newer than this, e.g. 15m, 24h, 7d.")
     var since: String?
 
-    @Flag(help: "Print JSON.")
+    @Option(help: "Only entries older than this sequence number (the next page). Default: the newest.")
+    var before: Int64?
+
+    @Option(help: "At most this many entries, 1-1000. Default: 100.")
+    var limit: Int = 100
+
+    @Flag(help: "Print JSON: an array of entries, each with seq, at, actor, action, target and detail.")
     var json = false
 
     func run() async throws {
+        guard (1...ControllerAPI.AuditPage.maximumLimit).contains(limit) else {
+            throw ILSError(.invalidArgument, "--limit must be between 1 and \(ControllerAPI.AuditPage.maximumLimit)")
+        }
         let client = try identityOption.client(parent: admin)
         var from: Int64 = 0
         if let since {
             from = Int64(Date().timeIntervalSince1970) - (try TimeSpan(parsing: since)).nanoseconds / 1_000_000_000
         }
-        let entries: [AuditEntryView] = try await client.call(.GET, "/v1/admin/audit?since=\(from)")
+        var path = "/v1/admin/audit?since=\(max(from, 0))&limit=\(limit)"
+        if let before { path += "&before=\(before)" }
+        let page: ControllerAPI.AuditPage = try await client.call(.GET, path)
         if json {
-            try printJSON(entries)
-            return
+            try printJSON(page.entries)
+        } else {
+            for entry in page.entries {
+                say("\(formatTime(entry.at))  \(entry.actor)  \(entry.action)  \(entry.target)  \(entry.detail)")
+            }
         }
-        for entry in entries {
-            print("\(formatTime(entry.at))  \(entry.actor)  \(entry.action)  \(entry.target)  \(entry.detail)")
+        if let next = page.nextBefore {
+            let sinceFlag = since.map { " --since \($0)" } ?? ""
+            sayToStandardError("older entries: ils-gateway admin audit\(sinceFlag) --limit \(limit) --before \(next)")
         }
     }
 }
@@ -96,31 +117,15 @@ struct SessionsCommand: AsyncParsableCommand {
             try printJSON(sessions)
             return
         }
-        print("DEVICE          SERVICE         GATEWAY         STARTED               FROM-DEVICE  TO-DEVICE")
+        say("DEVICE          SERVICE         GATEWAY         STARTED               FROM-DEVICE  TO-DEVICE")
         for session in sessions {
-            print(
-                [session.device, session.service, session.gateway].map {
-                    $0.padding(
-                        toLength: 16,
-                        withPad: " ",
-                        startingAt: 0
-                    )
-                }.joined()
-                    + formatTime(session.startedAt).padding(toLength: 22, withPad: " ", startingAt: 0)
-                    + String(session.bytesFromDevice).padding(toLength: 13, withPad: " ", startingAt: 0)
+            say(
+                cell(session.device, 16) + cell(session.service, 16) + cell(session.gateway, 16)
+                    + cell(formatTime(session.startedAt), 22) + cell(String(session.bytesFromDevice), 13)
                     + String(session.bytesToDevice)
             )
         }
     }
-}
-
-/// The audit entry as the API returns it.
-struct AuditEntryView: Codable {
-    var at: Int64
-    var actor: String
-    var action: String
-    var target: String
-    var detail: String
 }
 
 func printJSON<T: Encodable>(_ value: T) throws {

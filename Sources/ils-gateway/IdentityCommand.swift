@@ -91,15 +91,15 @@ struct IdentityCommand: AsyncParsableCommand {
                 try printJSON(identities)
                 return
             }
-            print(
-                pad("NAME", 20) + pad("ROLE", 9) + pad("STATE", 10) + pad("CERT EXPIRES", 22) + pad("LAST SEEN", 22)
-                    + "ID"
+            say(
+                cell("NAME", 20) + cell("ROLE", 9) + cell("STATE", 10) + cell("CERT EXPIRES", 22)
+                    + cell("LAST SEEN", 22) + "ID"
             )
             for identity in identities {
-                print(
-                    pad(identity.name, 20) + pad(identity.role.rawValue, 9) + pad(identity.state.rawValue, 10)
-                        + pad(formatTime(identity.certificateNotAfter), 22) + pad(formatTime(identity.lastSeenAt), 22)
-                        + identity.id
+                say(
+                    cell(identity.name, 20) + cell(identity.role.rawValue, 9) + cell(identity.state.rawValue, 10)
+                        + cell(formatTime(identity.certificateNotAfter), 22)
+                        + cell(formatTime(identity.lastSeenAt), 22) + identity.id
                 )
             }
         }
@@ -131,14 +131,14 @@ struct IdentityCommand: AsyncParsableCommand {
                 try printJSON(identity)
                 return
             }
-            print("name:        \(identity.name)")
-            print("id:          \(identity.id)")
-            print("role:        \(identity.role.rawValue)")
-            print("state:       \(identity.state.rawValue)")
-            print("attributes:  \(identity.attributes.joined(separator: ","))")
-            print("created:     \(formatTime(identity.createdAt))")
-            print("cert expiry: \(formatTime(identity.certificateNotAfter))")
-            print("last seen:   \(formatTime(identity.lastSeenAt))")
+            say("name:        \(identity.name)")
+            say("id:          \(identity.id)")
+            say("role:        \(identity.role.rawValue)")
+            say("state:       \(identity.state.rawValue)")
+            say("attributes:  \(identity.attributes.joined(separator: ","))")
+            say("created:     \(formatTime(identity.createdAt))")
+            say("cert expiry: \(formatTime(identity.certificateNotAfter))")
+            say("last seen:   \(formatTime(identity.lastSeenAt))")
         }
     }
 
@@ -224,7 +224,7 @@ struct IdentityCommand: AsyncParsableCommand {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: identityCommand.admin)
             let _: [String: String] = try await client.call(.DELETE, "/v1/admin/identities/\(name)")
-            print("deleted identity \(name)")
+            say("deleted identity \(name)")
         }
     }
 
@@ -263,7 +263,7 @@ struct IdentityCommand: AsyncParsableCommand {
 private func changeState(_ name: String, _ verb: String, _ client: ControllerClient) async throws {
     try IdentityName.validate(name)
     let identity: IdentityRecord = try await client.call(.POST, "/v1/admin/identities/\(name)/\(verb)")
-    print("\(identity.name) is now \(identity.state.rawValue)")
+    say("\(identity.name) is now \(identity.state.rawValue)")
 }
 
 /// `--expires` and `-o`, shared by the commands that issue a token.
@@ -286,19 +286,15 @@ private func emitToken(_ response: ControllerAPI.TokenResponse, output: String?)
     let identity = response.identity
     if let output {
         try SecureFile.write(Data((response.token + "\n").utf8), to: output, overwrite: false)
-        writeToStandardError(
+        sayToStandardError(
             "token for \(identity.name) (\(identity.role.rawValue)) written to \(output), valid until "
-                + "\(formatTime(response.expiresAt)); enroll with: ils-gateway enroll \(output)\n"
+                + "\(formatTime(response.expiresAt)); enroll with: ils-gateway enroll \(output)"
         )
     } else {
-        print(response.token)
-        writeToStandardError(
+        say(response.token)
+        sayToStandardError(
             "token for \(identity.name) (\(identity.role.rawValue)) valid until \(formatTime(response.expiresAt)); "
-                + "enroll with: ils-gateway enroll <token>\n"
+                + "enroll with: ils-gateway enroll <token>"
         )
     }
-}
-
-private func pad(_ text: String, _ width: Int) -> String {
-    text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
 }

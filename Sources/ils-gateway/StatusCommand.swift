@@ -66,11 +66,11 @@ struct StatusCommand: AsyncParsableCommand {
         if json {
             try printJSON(report)
         } else {
-            print("identity:    \(report.name) (\(report.role.rawValue)), id \(report.id)")
-            print("certificate: expires \(report.certificateExpiresAt)")
-            print("controller:  \(report.controller) — \(report.controllerReachable ? "reachable" : "unreachable")")
-            print("accepted:    \(report.accepted ? "yes, state \(report.state?.rawValue ?? "?")" : "no")")
-            if let problem = report.problem { print("problem:     \(problem)") }
+            say("identity:    \(report.name) (\(report.role.rawValue)), id \(report.id)")
+            say("certificate: expires \(report.certificateExpiresAt)")
+            say("controller:  \(report.controller) — \(report.controllerReachable ? "reachable" : "unreachable")")
+            say("accepted:    \(report.accepted ? "yes, state \(report.state?.rawValue ?? "?")" : "no")")
+            if let problem = report.problem { say("problem:     \(problem)") }
         }
         if let failure { throw ExitCode(failure.code.exitCode) }
     }

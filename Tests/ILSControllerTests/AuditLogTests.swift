@@ -1,0 +1,151 @@
+import Foundation
+import ILSClient
+import ILSCore
+import ILSCrypto
+import Logging
+import Testing
+
+@testable import ILSController
+
+@Suite("Audit log: bounded refusal rows, safe text, pages, retention")
+struct AuditLogTests {
+    @Test("3,000 refusals from one source in a window are one row at once and one count row, not 3,000 rows")
+    func floodFromOneSourceIsTwoRows() {
+        var aggregator = RefusalAggregator(window: 60, maximumSources: 64)
+        var rows: [RefusalAggregator.Row] = []
+        for i in 0..<3000 {
+            rows += aggregator.record(source: "203.0.113.9", code: "token_malformed", now: 1000 + Int64(i / 100))
+        }
+        #expect(rows == [.init(actor: "203.0.113.9", detail: "token_malformed")])
+        #expect(aggregator.drain() == [.init(actor: "203.0.113.9", detail: "token_malformed count=2999")])
+        #expect(aggregator.drain().isEmpty)
+        // The next window starts with a row of its own again.
+        #expect(
+            aggregator.record(source: "203.0.113.9", code: "token_malformed", now: 1100)
+                == [.init(actor: "203.0.113.9", detail: "token_malformed")]
+        )
+    }
+
+    @Test("10,000 sources in one window get at most maximumSources + 1 keys; every refusal is counted")
+    func manySourcesShareOneKey() {
+        var aggregator = RefusalAggregator(window: 60, maximumSources: 64)
+        var rows: [RefusalAggregator.Row] = []
+        for i in 0..<10_000 {
+            rows += aggregator.record(source: "2001:db8::\(i)", code: "token_malformed", now: 1000)
+        }
+        rows += aggregator.drain()
+        #expect(rows.count <= 2 * 65)
+        #expect(rows.contains { $0.actor == RefusalAggregator.otherSources })
+        let counted = rows.reduce(0) { total, row in
+            total + (row.detail.split(separator: "=").last.flatMap { Int($0) } ?? 1)
+        }
+        #expect(counted == 10_000)
+    }
+
+    @Test("garbage enrollments over TLS write a bounded number of audit rows; reading the log shows every refusal")
+    func garbageEnrollmentsAreAggregated() async throws {
+        try await ControllerFixture.with { fixture in
+            let anonymous = ControllerClient(
+                address: fixture.state.address,
+                trust: .certificateAuthority(fixture.state.authority.certificatePEM)
+            )
+            let garbage = ControllerAPI.EnrollRequest(token: "a.b.c", publicKey: "x", proof: "y")
+            for _ in 0..<300 {
+                await #expect(throws: ILSError.self) {
+                    let _: ControllerAPI.EnrollResponse = try await anonymous.call(.POST, "/v1/enroll", body: garbage)
+                }
+            }
+            let before = try fixture.state.store.auditEntries(since: 0).filter { $0.action == "enroll.refused" }
+            #expect(before.count == 1)
+            let page: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, "/v1/admin/audit?limit=1000")
+            let refused = page.entries.filter { $0.action == "enroll.refused" }
+            #expect(refused.count == 2)
+            #expect(refused.map(\.detail) == ["token_malformed", "token_malformed count=299"])
+        }
+    }
+
+    @Test("a peer's ESC, CR and BEL and a 10,000-character detail are stored escaped and bounded")
+    func hostileAuditTextIsStoredSafe() throws {
+        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+        let hostile = "svc\u{1b}[2K\r2026-01-01  admin  identity.enable  ipad\u{07}"
+        try store.audit(
+            actor: hostile,
+            action: "bind.refused",
+            target: hostile,
+            detail: String(repeating: "\u{1b}", count: 10_000)
+        )
+        let entry = try #require(try store.auditEntries(since: 0).first)
+        for field in [entry.actor, entry.target, entry.detail] {
+            #expect(!ControlCharacters.appear(in: field))
+        }
+        #expect(entry.target == #"svc\x1b[2K\r2026-01-01  admin  identity.enable  ipad\x07"#)
+        #expect(entry.detail.count == AuditLimits.detail)
+    }
+
+    @Test("the API pages the log: newest first page, --before for the next, nothing twice, limits checked")
+    func pagination() async throws {
+        try await ControllerFixture.with { fixture in
+            for i in 0..<250 {
+                try fixture.state.store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "")
+            }
+            let all = try fixture.state.store.auditEntries(since: 0)
+            var seen: [ControllerAPI.AuditEntry] = []
+            var path = "/v1/admin/audit?limit=100"
+            var pages = 0
+            while true {
+                let page: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, path)
+                pages += 1
+                #expect(page.entries.count <= 100)
+                #expect(page.entries.map(\.seq) == page.entries.map(\.seq).sorted())
+                seen = page.entries + seen
+                guard let next = page.nextBefore else { break }
+                path = "/v1/admin/audit?limit=100&before=\(next)"
+            }
+            #expect(pages == 3)
+            #expect(seen.map(\.seq) == all.map(\.seq))
+            let newest: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, "/v1/admin/audit?limit=1")
+            #expect(newest.entries.map(\.target) == ["249"])
+            let future: ControllerAPI.AuditPage = try await fixture.admin.call(
+                .GET,
+                "/v1/admin/audit?since=\(Int64(Date().timeIntervalSince1970) + 3600)"
+            )
+            #expect(future.entries.isEmpty && future.nextBefore == nil)
+            for bad in ["limit=0", "limit=-1", "before=x", "since=1e9"] {
+                await #expect(throws: ILSError.self) {
+                    let _: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, "/v1/admin/audit?\(bad)")
+                }
+            }
+            let capped: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, "/v1/admin/audit?limit=5000")
+            #expect(capped.entries.count == all.count)
+        }
+    }
+
+    @Test("retention prunes entries past the age and beyond the row cap, oldest first, in batches")
+    func retentionPrunes() async throws {
+        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+        for i in 0..<2500 { try store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "") }
+        #expect(try store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 1500)
+        let kept = try store.auditEntries(since: 0)
+        #expect(kept.count == 1000)
+        #expect(kept.first?.target == "1500" && kept.last?.target == "2499")
+        #expect(try store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 0)
+
+        let state = try ControllerState(
+            directory: "",
+            address: ControllerAddress(parsing: "https://127.0.0.1:1"),
+            authority: CertificateAuthority.create(name: "test CA", now: Date()),
+            serverCertificatePEM: "",
+            serverKeyPEM: "",
+            tokenKey: IdentityKeyPair.generate(),
+            store: store
+        )
+        let maintenance = StoreMaintenance(
+            state: state,
+            retention: .init(maximumAge: .seconds(86_400), maximumRows: 1_000_000),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        #expect(await maintenance.pass(now: Int64(Date().timeIntervalSince1970)) == 0)
+        #expect(await maintenance.pass(now: Int64(Date().timeIntervalSince1970) + 2 * 86_400) == 1000)
+        #expect(try store.auditEntries(since: 0).isEmpty)
+    }
+}
