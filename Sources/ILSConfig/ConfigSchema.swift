@@ -40,6 +40,8 @@ extension ConfigKey {
     public static let maxConnectionsPerSource = ConfigKey("max-connections-per-source", .integer)
     public static let requestHeadTimeout = ConfigKey("request-head-timeout")
     public static let requestBodyTimeout = ConfigKey("request-body-timeout")
+    public static let auditRetention = ConfigKey("audit-retention")
+    public static let auditMaxRows = ConfigKey("audit-max-rows", .integer)
 }
 
 extension ConfigSchema {
@@ -49,7 +51,8 @@ extension ConfigSchema {
     /// `ils-gateway controller run`.
     public static let controllerRun = ConfigSchema(
         command: "controller run",
-        keys: [.stateDir, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout] + observability
+        keys: [.stateDir, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout]
+            + [.auditRetention, .auditMaxRows] + observability
     )
 
     /// `ils-gateway serve`, both modes in one file (`mode` picks one; keys of the other mode are ignored by it).

@@ -82,6 +82,7 @@ struct ControllerCommand: AsyncParsableCommand {
         @OptionGroup var configOptions: ConfigOptions
         @OptionGroup var logOptions: LogOptions
         @OptionGroup var metricsOptions: MetricsOptions
+        @OptionGroup var auditOptions: AuditRetentionOptions
 
         func run() async throws {
             let layers = try configOptions.layers(.controllerRun)
@@ -107,10 +108,15 @@ struct ControllerCommand: AsyncParsableCommand {
                 requestTimeouts: try connectionOptions.requestTimeouts(layers),
                 connectionLimits: try connectionOptions.limits(layers)
             )
+            let maintenance = StoreMaintenance(
+                state: controllerState,
+                retention: try auditOptions.retention(layers),
+                logger: logger
+            )
             if let metrics {
-                try await runUntilSignalled(server, metrics, logger: logger)
+                try await runUntilSignalled(server, maintenance, metrics, logger: logger)
             } else {
-                try await runUntilSignalled(server, logger: logger)
+                try await runUntilSignalled(server, maintenance, logger: logger)
             }
         }
     }
