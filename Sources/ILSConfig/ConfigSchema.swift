@@ -36,6 +36,9 @@ extension ConfigKey {
     public static let clientStallTimeout = ConfigKey("client-stall-timeout")
     public static let drainTimeout = ConfigKey("drain-timeout")
     public static let allowRemote = ConfigKey("allow-remote", .boolean)
+    public static let clientAuth = ConfigKey("client-auth", environment: "ILS_CLIENT_AUTH")
+    public static let policyGrace = ConfigKey("policy-grace")
+    public static let hstsMaxAge = ConfigKey("hsts-max-age")
     public static let maxConnections = ConfigKey("max-connections", .integer)
     public static let maxConnectionsPerSource = ConfigKey("max-connections-per-source", .integer)
     public static let requestHeadTimeout = ConfigKey("request-head-timeout")
@@ -61,6 +64,7 @@ extension ConfigSchema {
         keys: [
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
+            .clientAuth, .policyGrace, .hstsMaxAge,
         ] + connectionLimits + observability
     )
 

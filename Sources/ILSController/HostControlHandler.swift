@@ -7,26 +7,49 @@ import NIOHTTP2
 
 /// The controller's end of a gateway's control stream: asks which service it hosts, checks the bind policy, and
 /// answers with the dial policy (or the refusal).
+///
+/// A gateway that serves devices itself (HTTP mode with client certificates) answers with `ils-link: policy`: it
+/// gets the same policy and every block-list push, under the same bind check, but is not registered with the relay,
+/// so no circuit is ever routed to it.
 final class HostControlHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame.FramePayload
     typealias OutboundOut = HTTP2Frame.FramePayload
+
+    /// What an accepted link is registered for.
+    enum Registration: Sendable {
+        /// One step for both: pushes and the relay (a policy-only link is then registered with the relay too, and
+        /// refuses every circuit the relay tries on it, which moves on to the next gateway).
+        case combined(@Sendable (_ service: String) -> Void)
+        /// `subscribe` registers the control stream for block-list pushes; `host` registers the link with the
+        /// relay for circuits, and is not called for a policy-only link.
+        case separate(subscribe: @Sendable () -> Void, host: @Sendable (_ service: String) -> Void)
+    }
 
     private let gateway: IdentityRecord
     private let controller: Controller
     /// The event loop the gateway's connection is on, of how many.
     private let link: (loop: Int?, loops: Int)
-    private let register: @Sendable (String) -> Void
+    private let registration: Registration
 
     init(
         gateway: IdentityRecord,
         controller: Controller,
         link: (loop: Int?, loops: Int),
-        register: @escaping @Sendable (String) -> Void
+        registration: Registration
     ) {
         self.gateway = gateway
         self.controller = controller
         self.link = link
-        self.register = register
+        self.registration = registration
+    }
+
+    convenience init(
+        gateway: IdentityRecord,
+        controller: Controller,
+        link: (loop: Int?, loops: Int),
+        register: @escaping @Sendable (String) -> Void
+    ) {
+        self.init(gateway: gateway, controller: controller, link: link, registration: .combined(register))
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -41,28 +64,43 @@ final class HostControlHandler: ChannelInboundHandler {
         guard case .headers(let answer) = unwrapInboundIn(data),
             let service = answer.headers.first(name: FabricProtocol.serviceHeader)
         else { return }
+        let policyOnly = answer.headers.first(name: FabricProtocol.linkPurposeHeader) == FabricProtocol.policyLink
         let message: HostControlMessage
-        let policy = try? controller.state.store.service(named: service)
-        let accepted = policy.map { $0.bindRoles.contains(gateway.role) } ?? false
-        if let policy, accepted {
-            message = HostControlMessage(
-                dialRoles: policy.dialRoles,
-                blocked: controller.blockedIdentityIDs(),
-                relayLoop: link.loop,
-                relayLoops: link.loops
-            )
-        } else {
-            let reason =
-                policy == nil
-                ? "there is no service named '\(service)'"
-                : "identity '\(gateway.name)' (role \(gateway.role.rawValue)) may not host '\(service)'"
-            message = HostControlMessage(error: reason)
+        let accepted: Bool
+        if let invalid = Self.invalidServiceName(service) {
+            // Checked before the name goes anywhere: the store, the audit log, the relay, a log line. The name is a
+            // peer's choice, and with terminal escapes in it `admin audit` would print forged lines.
+            accepted = false
+            message = HostControlMessage(error: invalid)
             try? controller.state.store.audit(
                 actor: gateway.name,
                 action: "bind.refused",
-                target: service,
-                detail: reason
+                target: Self.visible(service),
+                detail: invalid
             )
+        } else {
+            let policy = try? controller.state.store.service(named: service)
+            accepted = policy.map { $0.bindRoles.contains(gateway.role) } ?? false
+            if let policy, accepted {
+                message = HostControlMessage(
+                    dialRoles: policy.dialRoles,
+                    blocked: controller.blockedIdentityIDs(),
+                    relayLoop: policyOnly ? nil : link.loop,
+                    relayLoops: policyOnly ? nil : link.loops
+                )
+            } else {
+                let reason =
+                    policy == nil
+                    ? "there is no service named '\(service)'"
+                    : "identity '\(gateway.name)' (role \(gateway.role.rawValue)) may not host '\(service)'"
+                message = HostControlMessage(error: reason)
+                try? controller.state.store.audit(
+                    actor: gateway.name,
+                    action: "bind.refused",
+                    target: service,
+                    detail: reason
+                )
+            }
         }
         var body = (try? JSONEncoder().encode(message)) ?? Data()
         body.append(UInt8(ascii: "\n"))
@@ -73,12 +111,45 @@ final class HostControlHandler: ChannelInboundHandler {
         // gateway after the message: a circuit's stream is created on this loop, after this turn, so its head follows
         // the message on the wire, and the gateway knows the policy and which loop it is on before its first circuit
         // (it drops a link that landed on a loop it covers before any circuit).
-        if accepted { register(service) }
+        if accepted {
+            switch registration {
+            case .combined(let register):
+                register(service)
+            case .separate(let subscribe, let host):
+                subscribe()
+                if !policyOnly { host(service) }
+            }
+        }
         let parent = context.channel.parent
         context.writeAndFlush(
             wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: refused)))
         ).whenComplete { _ in
             if refused { parent?.close(promise: nil) }
         }
+    }
+
+    /// Why `service` cannot be a service name (the rules of identity names: 1-64 of `a-z A-Z 0-9 . _ -`, not
+    /// starting with `.` or `-`), or `nil` when it can. The reason never repeats the name.
+    static func invalidServiceName(_ service: String) -> String? {
+        do {
+            try IdentityName.validate(service)
+            return nil
+        } catch {
+            return "the service name the gateway sent is not valid; use 1-64 letters, digits, '.', '_' or '-'"
+        }
+    }
+
+    /// `text` with everything but printable ASCII written as `\u{…}` (and `\` doubled), cut to 64 characters: an
+    /// invalid name as the audit log keeps it, so an admin sees what was sent and no terminal acts on it.
+    static func visible(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars.prefix(64) {
+            switch scalar.value {
+            case 0x5C: out += "\\\\"
+            case 0x20...0x7E: out.unicodeScalars.append(scalar)
+            default: out += "\\u{\(String(scalar.value, radix: 16))}"
+            }
+        }
+        return text.unicodeScalars.count > 64 ? out + "…" : out
     }
 }

@@ -15,12 +15,34 @@ public struct HTTPModeConfiguration: Sendable {
         }
     }
 
+    /// Mutual TLS with the overlay's device identities: who may use the backend, and where revocations come from.
+    public struct DeviceAuthentication: Sendable {
+        /// The gateway's own enrolled identity: its CA verifies the clients' certificates, and its certificate
+        /// authenticates the control link over which the controller sends the service's policy and block list.
+        public var identity: IdentityFile
+        /// The service whose dial policy applies (the controller checks this gateway may host it).
+        public var service: String
+        /// How long the last policy from the controller stays in force while the control link is down; after that
+        /// every request is refused with 503 `policy_unavailable` until the link is back. It bounds how late a
+        /// revocation made meanwhile can take effect here, while a controller restart does not stop the service.
+        public var policyGrace: TimeSpan = .seconds(60)
+
+        public init(identity: IdentityFile, service: String) {
+            self.identity = identity
+            self.service = service
+        }
+    }
+
     public var listen: HostPort
     /// `nil` serves cleartext HTTP, which the CLI allows only with an explicit `--plain-http`.
     public var tls: TLSFiles?
     public var proxy: ProxyConfiguration
     /// On shutdown, how long in-flight requests (a long SSE answer, say) may run before they are cut.
     public var drainTimeout: TimeSpan = .seconds(30)
+    /// Client certificates of active device identities required (TLS only); `nil`: anyone who reaches the port.
+    public var devices: DeviceAuthentication?
+    /// `Strict-Transport-Security: max-age=…` on every response (TLS only); `nil`: no header.
+    public var hstsMaxAge: TimeSpan?
 
     /// Connections open at once, per client address and in total; beyond them a connection is closed at accept.
     public var connectionLimits: ConnectionLimiter.Limits = Self.defaultConnectionLimits

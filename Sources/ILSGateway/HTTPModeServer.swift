@@ -11,6 +11,10 @@ public import ServiceLifecycle
 
 /// The HTTP-mode gateway: accepts TCP connections, terminates TLS, and hands each connection to the proxy core.
 ///
+/// With `devices` configured, TLS requires a client certificate from the controller's CA, and only active device
+/// identities get through (`DeviceGate`); the gateway then holds a policy link to the controller (`PolicyLink`)
+/// that brings the dial policy and the block list, and closes a device's connections when it is blocked.
+///
 /// As a `Service` it binds, serves until graceful shutdown is requested (SIGTERM/SIGINT through the service
 /// group), then stops accepting, lets in-flight requests finish for up to the drain timeout, and closes the rest.
 public final class HTTPModeServer: Service, Sendable {
@@ -21,6 +25,10 @@ public final class HTTPModeServer: Service, Sendable {
     private let tlsContext: NIOSSLContext?
     private let children = ChildChannelRegistry()
     private let state = NIOLockedValueBox<(channel: (any Channel)?, quiesce: ServerQuiescingHelper?)>((nil, nil))
+    /// What the controller says (dial policy, block list) and the live connections by identity; with `devices` only.
+    private let policy: GatewayPolicy?
+    private let link: PolicyLink?
+    private let linkTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// Reads the TLS files now, so a bad certificate fails the command before anything listens.
     public init(
@@ -32,8 +40,36 @@ public final class HTTPModeServer: Service, Sendable {
         self.group = group
         self.logger = logger
         self.core = ProxyCore(configuration: configuration.proxy, logger: logger)
-        self.tlsContext = try configuration.tls.map { files throws(ILSError) in try TLSServerContext.make(files) }
+        if let devices = configuration.devices {
+            guard let files = configuration.tls else {
+                throw ILSError(.invalidArgument, "client certificates need TLS: give --tls-cert and --tls-key")
+            }
+            let policy = GatewayPolicy()
+            self.policy = policy
+            self.link = try PolicyLink(
+                identity: devices.identity,
+                service: devices.service,
+                policy: policy,
+                grace: devices.policyGrace.timeAmountValue,
+                logger: logger
+            )
+            self.tlsContext = try TLSServerContext.make(files, clientCA: devices.identity.caCertificate)
+        } else {
+            self.policy = nil
+            self.link = nil
+            self.tlsContext = try configuration.tls.map { files throws(ILSError) in try TLSServerContext.make(files) }
+        }
     }
+
+    /// Whether requests can be served: always without client certificates; with them, once the controller's policy
+    /// is in force (readiness, tests).
+    public var isReady: Bool { link?.hasPolicy ?? true }
+
+    /// Whether the block list from the controller holds this identity (tests).
+    public func blocks(identityID: String) -> Bool { policy?.blocks(identityID) ?? false }
+
+    /// How many client connections of verified identities are open (tests).
+    public var identifiedConnections: Int { policy?.liveCircuits ?? 0 }
 
     /// Binds the listening socket and starts accepting. Returns the bound address (useful with port 0).
     public func start() async throws(ILSError) -> SocketAddress {
@@ -43,6 +79,17 @@ public final class HTTPModeServer: Service, Sendable {
         let tlsContext = self.tlsContext
         let children = self.children
         let scheme: ClientContext.Scheme = tlsContext == nil ? .http : .https
+        let hstsMaxAge = tlsContext == nil ? nil : configuration.hstsMaxAge.map { $0.nanoseconds / 1_000_000_000 }
+        let gate = policy.map { policy in
+            DeviceGate.Settings(
+                core: core,
+                policy: policy,
+                service: configuration.devices?.service ?? "",
+                hstsMaxAge: hstsMaxAge,
+                logger: logger,
+                handshakeTimeout: configuration.proxy.clientIdleTimeout.timeAmountValue
+            )
+        }
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -62,10 +109,16 @@ public final class HTTPModeServer: Service, Sendable {
                     if let tlsContext {
                         try pipeline.addHandler(NIOSSLServerHandler(context: tlsContext))
                     }
+                    if let gate {
+                        // The rest of the pipeline waits for the handshake and the verified certificate.
+                        try pipeline.addHandler(DeviceGate(gate))
+                        return
+                    }
                     try core.configureClientPipeline(
                         pipeline,
                         client: ClientContext(remoteAddress: channel.remoteAddress, scheme: scheme)
                     )
+                    if let hstsMaxAge { try StrictTransportSecurityHandler.install(pipeline, maxAge: hstsMaxAge) }
                 }
             }
         let channel: any Channel
@@ -79,6 +132,9 @@ public final class HTTPModeServer: Service, Sendable {
             )
         }
         state.withLockedValue { $0 = (channel, quiesce) }
+        if let link {
+            linkTask.withLockedValue { $0 = Task { await link.run() } }
+        }
         guard let address = channel.localAddress else {
             throw ILSError(.internalError, "the listening socket has no local address")
         }
@@ -89,6 +145,8 @@ public final class HTTPModeServer: Service, Sendable {
     public func shutdown() async {
         guard let quiesce = state.withLockedValue({ $0.quiesce }) else { return }
         state.withLockedValue { $0 = (nil, nil) }
+        link?.stop()
+        if let task = linkTask.withLockedValue({ $0 }) { await task.value }
         let eventLoop = group.next()
         let drained = eventLoop.makePromise(of: Void.self)
         let children = self.children

@@ -47,14 +47,38 @@ struct ServeCommand: AsyncParsableCommand {
         case http
     }
 
+    enum ClientAuth: String, ExpressibleByArgument, CaseIterable {
+        case required
+        case none
+    }
+
     @Option(help: "ziti (overlay, no listening port) or http (TLS reverse proxy). Env: NETWORKING_MODE.")
     var mode: Mode?
 
-    @Option(help: "Overlay mode: the gateway's identity file. Env: ILS_IDENTITY. Default: identities/gateway.json.")
+    @Option(
+        help: """
+            The gateway's identity file. Env: ILS_IDENTITY. Overlay mode: default identities/gateway.json. HTTP mode: \
+            with one, clients need a certificate of an active device identity from its controller.
+            """
+    )
     var identity: String?
 
-    @Option(help: "Overlay mode: the service to host. Env: ILS_SERVICE. Default: claude-api.")
+    @Option(help: "The service to host (HTTP mode: whose dial policy applies). Env: ILS_SERVICE. Default: claude-api.")
     var service: String?
+
+    @Option(
+        help: """
+            HTTP mode with --identity: 'required' (client certificates of active devices; the default) or 'none' \
+            (anyone who reaches the port). Env: ILS_CLIENT_AUTH.
+            """
+    )
+    var clientAuth: ClientAuth?
+
+    @Option(help: "HTTP mode: how long the last policy holds while the controller is unreachable. Default: 60s.")
+    var policyGrace: String?
+
+    @Option(help: "HTTP mode over TLS: send Strict-Transport-Security with this max-age (e.g. 365d). Default: off.")
+    var hstsMaxAge: String?
 
     @Option(help: "Backend base URL, http://HOST[:PORT]. Env: BACKEND_URL. Default: http://127.0.0.1:8000.")
     var backend: String?
@@ -110,9 +134,10 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = try httpConfiguration(layers: layers)
         let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
         configuration.proxy.accessLog = try logOptions.accessLog(label: logger.label, layers: layers)
-        let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
+        configuration.devices = try await deviceAuthentication(layers: layers, tls: configuration.tls != nil, logger)
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
         if let metrics {
+        let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { server.isReady })
             try await runUntilSignalled(server, metrics, logger: logger)
         } else {
             try await runUntilSignalled(server, logger: logger)
@@ -198,6 +223,13 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.drainTimeout = try TimeSpan(parsing: layers.string(.drainTimeout, flag: drainTimeout) ?? "30s")
         configuration.connectionLimits = try .resolve(
             total: connectionLimitOptions.maxConnections,
+        if let text = layers.string(.hstsMaxAge, flag: hstsMaxAge) {
+            guard tls != nil else {
+                throw ILSError(.invalidArgument, "--hsts-max-age needs TLS: browsers ignore the header over plain HTTP")
+            }
+            // 0 is allowed: it tells browsers to forget an earlier policy (RFC 6797 §6.1.1).
+            configuration.hstsMaxAge = try TimeSpan(parsing: text)
+        }
             perSource: connectionLimitOptions.maxConnectionsPerSource,
             layers: layers,
             defaults: HTTPModeConfiguration.defaultConnectionLimits
@@ -207,6 +239,49 @@ struct ServeCommand: AsyncParsableCommand {
 
     /// A timeout from its flag, the file or `fallback`, which must be longer than zero.
     private func positive(
+    /// HTTP mode's client authentication: with a gateway identity, client certificates of active devices from its
+    /// controller (the default); without one, or with `--client-auth none`, anyone who reaches the port, which is
+    /// said at startup as a warning.
+    private func deviceAuthentication(
+        layers: ConfigLayers,
+        tls: Bool,
+        _ logger: Logger
+    ) async throws -> HTTPModeConfiguration.DeviceAuthentication? {
+        let path = layers.string(.identity, flag: identity)
+        let mode = try layers.parsed(.clientAuth, flag: clientAuth) { ClientAuth(rawValue: $0) }
+        switch (path, mode) {
+        case (nil, .required):
+            throw ILSError(
+                .invalidArgument,
+                "--client-auth required needs --identity: the gateway identity whose controller issues the devices'"
+                    + " certificates"
+            )
+        case (nil, _):
+            logger.warning(
+                "no client certificates: anyone who reaches the port uses the backend (--identity admits devices only)"
+            )
+            return nil
+        case (_, ClientAuth.none?):
+            logger.warning("--client-auth none: no client certificates, anyone who reaches the port uses the backend")
+            return nil
+        case (let path?, _):
+            guard tls else {
+                throw ILSError(.invalidArgument, "client certificates need TLS: --identity cannot go with --plain-http")
+            }
+            let file = try await Renewal.renewIfDue(path: path)
+            var devices = HTTPModeConfiguration.DeviceAuthentication(
+                identity: file,
+                service: layers.string(.service, flag: service) ?? "claude-api"
+            )
+            devices.policyGrace = try positive(.policyGrace, policyGrace, "60s", layers)
+            logger.info(
+                "clients need an active device identity's certificate",
+                metadata: ["identity": "\(file.identity.name)", "controller": "\(file.controller)"]
+            )
+            return devices
+        }
+    }
+
         _ key: ConfigKey,
         _ flag: String?,
         _ fallback: String,

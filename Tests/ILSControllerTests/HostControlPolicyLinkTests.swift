@@ -1,0 +1,99 @@
+import Foundation
+import ILSCore
+import ILSFabric
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import NIOHPACK
+import NIOHTTP2
+import Testing
+
+@testable import ILSController
+
+@Suite("A gateway's control stream: policy-only links and service names")
+struct HostControlPolicyLinkTests {
+    /// What a handler registered the link for, and what it answered.
+    struct Outcome {
+        var subscribed = 0
+        var hosted: [String] = []
+        var answer: String?
+        var endStream = false
+    }
+
+    /// Runs one control stream: the gateway answers `headers`; returns what was registered and written back.
+    func control(_ headers: HPACKHeaders, state: ControllerState) throws -> Outcome {
+        let recorded = NIOLockedValueBox(Outcome())
+        let channel = EmbeddedChannel()
+        let handler = HostControlHandler(
+            gateway: gatewayRecord(),
+            controller: Controller(state: state),
+            link: (0, 1),
+            registration: .separate(
+                subscribe: { recorded.withLockedValue { $0.subscribed += 1 } },
+                host: { service in recorded.withLockedValue { $0.hosted.append(service) } }
+            )
+        )
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.writeInbound(HTTP2Frame.FramePayload.headers(.init(headers: headers)))
+        var outcome = recorded.withLockedValue { $0 }
+        while let payload = try channel.readOutbound(as: HTTP2Frame.FramePayload.self) {
+            if case .data(let data) = payload, case .byteBuffer(let body) = data.data {
+                outcome.answer = String(buffer: body)
+                outcome.endStream = data.endStream
+            }
+        }
+        _ = try? channel.finish()
+        return outcome
+    }
+
+    @Test("a policy-only link gets the policy and the pushes but is never registered for circuits")
+    func policyOnly() throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let outcome = try control(
+            [
+                ":status": "200", FabricProtocol.serviceHeader: "claude-api",
+                FabricProtocol.linkPurposeHeader: FabricProtocol.policyLink,
+            ],
+            state: state
+        )
+        #expect(outcome.subscribed == 1)
+        #expect(outcome.hosted.isEmpty)
+        let answer = try JSONDecoder().decode(HostControlMessage.self, from: Data(try #require(outcome.answer).utf8))
+        #expect(answer.dialRoles != nil)
+        #expect(answer.blocked != nil)
+        #expect(answer.relayLoop == nil)
+        #expect(!outcome.endStream)
+    }
+
+    @Test("a hosting link is registered for pushes and circuits, as before")
+    func hosting() throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let outcome = try control([":status": "200", FabricProtocol.serviceHeader: "claude-api"], state: state)
+        #expect(outcome.subscribed == 1)
+        #expect(outcome.hosted == ["claude-api"])
+    }
+
+    @Test(
+        "a service name with terminal escapes is refused, nothing is registered, and the audit row shows it escaped",
+        arguments: ["claude-api\u{1B}[2K\rforged line", "\u{1B}]0;title\u{07}", "a\u{202E}b", "../etc", ""]
+    )
+    func invalidServiceName(name: String) throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let outcome = try control([":status": "200", FabricProtocol.serviceHeader: name], state: state)
+        #expect(outcome.subscribed == 0)
+        #expect(outcome.hosted.isEmpty)
+        #expect(outcome.endStream)
+        let answer = try JSONDecoder().decode(HostControlMessage.self, from: Data(try #require(outcome.answer).utf8))
+        #expect(answer.error?.contains("not valid") == true)
+        #expect(answer.dialRoles == nil)
+        let rows = try state.store.auditEntries(since: 0).filter { $0.action == "bind.refused" }
+        #expect(rows.count == 1)
+        for row in rows {
+            let text = row.actor + row.target + row.detail
+            #expect(!text.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F || $0.value == 0x202E })
+        }
+    }
+}

@@ -1,0 +1,224 @@
+import Foundation
+import ILSClient
+import ILSCore
+import ILSGateway
+import ILSProxy
+import ILSTesting
+import Logging
+import NIOCore
+import NIOSSL
+import Testing
+
+/// HTTP mode in front of a `TestBackend` with client certificates from a real controller (`TestCluster`), its
+/// policy link up, and enrolled identities as clients: real TLS and sockets on 127.0.0.1.
+struct HTTPModeDeviceFixture {
+    let cluster: TestCluster
+    let backend: TestBackend
+    let server: HTTPModeServer
+    let port: Int
+    let pki: TestPKI
+
+    static func with(
+        configure: (inout HTTPModeConfiguration) -> Void = { _ in },
+        _ body: (HTTPModeDeviceFixture) async throws -> Void
+    ) async throws {
+        let cluster = try await TestCluster.start(gateways: 0)
+        let backend = try await TestBackend.start()
+        let pki = try TestPKI()
+        let gatewayIdentity = try await cluster.enroll("web", role: .gateway)
+        var configuration = HTTPModeConfiguration(
+            listen: HostPort(host: "127.0.0.1", port: 0),
+            tls: .init(certificateChain: pki.serverCertificatePath, privateKey: pki.serverKeyPath),
+            proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
+        )
+        configuration.devices = .init(identity: gatewayIdentity, service: "claude-api")
+        configuration.drainTimeout = .seconds(2)
+        configure(&configuration)
+        let server = try HTTPModeServer(
+            configuration: configuration,
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        let port = try await server.start().port!
+        let fixture = HTTPModeDeviceFixture(cluster: cluster, backend: backend, server: server, port: port, pki: pki)
+        do {
+            guard await TestCluster.eventually(.seconds(10), { server.isReady }) else {
+                throw ILSError(.unavailable, "the HTTP-mode gateway never got its policy")
+            }
+            try await body(fixture)
+        } catch {
+            await fixture.stop()
+            throw error
+        }
+        await fixture.stop()
+    }
+
+    func stop() async {
+        await server.shutdown()
+        await backend.stop()
+        await cluster.stop()
+        pki.remove()
+    }
+
+    /// A TLS connection presenting `identity`'s certificate (or none), trusting the gateway's server certificate.
+    func connect(as identity: IdentityFile?) async throws -> TestHTTPConnection {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pki.caCertificatePEM.utf8)))
+        tls.applicationProtocols = ["http/1.1"]
+        if let identity {
+            tls.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificate.utf8))
+                .map { .certificate($0) }
+            tls.privateKey = .privateKey(try NIOSSLPrivateKey(bytes: Array(identity.privateKey.utf8), format: .pem))
+            tls.signingSignatureAlgorithms = [.ed25519]
+        }
+        let context = try NIOSSLContext(configuration: tls)
+        return try await TestHTTPConnection(port: port) { pipeline in
+            try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+        }
+    }
+
+    func revoke(_ name: String) async throws {
+        let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/\(name)/revoke")
+    }
+}
+
+@Suite("HTTP mode with client certificates")
+struct HTTPModeDeviceTests {
+    @Test("an active device gets through and the backend sees its verified identity")
+    func activeDevice() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            let connection = try await fixture.connect(as: laptop)
+            // A client's own copy of the identity headers is replaced, never passed on.
+            try await connection.sendRequest("GET", "/headers", headers: [("X-ILS-Identity", "admin")])
+            let head = try await connection.readHead()
+            #expect(head.status == 200)
+            _ = try await connection.readBody()
+            let seen = fixture.backend.record.lastHeaders
+            #expect(seen.filter { $0.0.lowercased() == "x-ils-identity" }.map(\.1) == ["laptop"])
+            #expect(seen.filter { $0.0.lowercased() == "x-ils-identity-id" }.map(\.1) == [laptop.identity.id])
+            await connection.close()
+        }
+    }
+
+    @Test("a client without a certificate fails the handshake and nothing reaches the backend")
+    func noCertificate() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let connection = try? await fixture.connect(as: nil)
+            if let connection {
+                try? await connection.sendRequest("GET", "/health")
+                #expect(await connection.isClosedByPeer())
+            }
+            #expect(fixture.backend.record.connectionsAccepted == 0)
+            #expect(fixture.server.identifiedConnections == 0)
+        }
+    }
+
+    @Test("a certificate from another CA fails the handshake and nothing reaches the backend")
+    func otherCA() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let other = try await TestCluster.start(gateways: 0)
+            defer { Task { await other.stop() } }
+            let stranger = try await other.enroll("laptop", role: .device)
+            let connection = try? await fixture.connect(as: stranger)
+            if let connection {
+                try? await connection.sendRequest("GET", "/health")
+                #expect(await connection.isClosedByPeer())
+            }
+            #expect(fixture.backend.record.connectionsAccepted == 0)
+            await other.stop()
+        }
+    }
+
+    @Test("an identity that is not a device's is answered 403 dial_denied and nothing reaches the backend")
+    func notADevice() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let gateway = try await fixture.cluster.enroll("other-gw", role: .gateway)
+            let connection = try await fixture.connect(as: gateway)
+            try await connection.sendRequest("GET", "/health")
+            let head = try await connection.readHead()
+            #expect(head.status == 403)
+            #expect(String(buffer: try await connection.readBody()).contains("\"code\":\"dial_denied\""))
+            #expect(await connection.isClosedByPeer())
+            #expect(fixture.backend.record.connectionsAccepted == 0)
+        }
+    }
+
+    @Test("revoking a device cuts its live stream and its keep-alive connection, and refuses it afterwards")
+    func revokedDevice() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            let phone = try await fixture.cluster.enroll("phone", role: .device)
+            let stream = try await fixture.connect(as: laptop)
+            try await stream.sendRequest("GET", "/sse?n=100000&interval_ms=50")
+            #expect(try await stream.readHead().status == 200)
+            #expect(try await stream.readBodyPart() != nil)
+            // A keep-alive connection that has finished a request and waits for the next one.
+            let idle = try await fixture.connect(as: laptop)
+            try await idle.sendRequest("GET", "/health")
+            #expect(try await idle.readHead().status == 200)
+            _ = try await idle.readBody()
+            let other = try await fixture.connect(as: phone)
+            try await other.sendRequest("GET", "/sse?n=100000&interval_ms=50")
+            #expect(try await other.readHead().status == 200)
+            #expect(fixture.server.identifiedConnections == 3)
+
+            try await fixture.revoke("laptop")
+            #expect(await TestCluster.eventually(.seconds(5)) { fixture.server.blocks(identityID: laptop.identity.id) })
+            #expect(await streamEnds(stream, within: .seconds(5)))
+            #expect(await idle.isClosedByPeer())
+            // The other device's stream carries on.
+            for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
+
+            let requestsBefore = fixture.backend.record.connectionsAccepted
+            let again = try await fixture.connect(as: laptop)
+            try await again.sendRequest("GET", "/health")
+            let head = try await again.readHead()
+            #expect(head.status == 403)
+            #expect(String(buffer: try await again.readBody()).contains("\"code\":\"identity_blocked\""))
+            #expect(fixture.backend.record.connectionsAccepted == requestsBefore)
+            await other.close()
+        }
+    }
+
+    @Test("with the controller gone, the last policy holds for the grace, then every request gets 503")
+    func controllerGone() async throws {
+        try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = .seconds(2) }) { fixture in
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            await fixture.cluster.controller.shutdown()
+            let during = try await fixture.connect(as: laptop)
+            try await during.sendRequest("GET", "/health")
+            #expect(try await during.readHead().status == 200)
+            _ = try await during.readBody()
+            #expect(await TestCluster.eventually(.seconds(10)) { !fixture.server.isReady })
+            let after = try await fixture.connect(as: laptop)
+            try await after.sendRequest("GET", "/health")
+            #expect(try await after.readHead().status == 503)
+            #expect(String(buffer: try await after.readBody()).contains("\"code\":\"policy_unavailable\""))
+            // The link comes back with the controller, and so does the service.
+            try await fixture.cluster.restartController()
+            #expect(await TestCluster.eventually(.seconds(10)) { fixture.server.isReady })
+            let back = try await fixture.connect(as: laptop)
+            try await back.sendRequest("GET", "/health")
+            #expect(try await back.readHead().status == 200)
+        }
+    }
+}
+
+/// Reads body parts until the stream ends or breaks; returns whether it ended within `limit`.
+func streamEnds(_ connection: TestHTTPConnection, within limit: Duration) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            do {
+                while try await connection.readBodyPart() != nil {}
+            } catch {}
+            return true
+        }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
+    }
+}
