@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from conftest import Backend, Certs, Gateway, free_port
-from hostile import read_until_closed
+from hostile import assert_no_growth, fd_count, read_until_closed, rss_bytes
 from test_hostile_controller import TunedController, api, assert_controller_serves, pem_files
 
 pytestmark = pytest.mark.e2e
@@ -119,6 +119,43 @@ def test_controller_caps_refuse_at_accept(tuned_controller: TunedController, cap
     assert status == 200 and body["name"] == "admin", (status, body)
     assert_controller_serves(c, admin)
     assert metric(c.metrics_port, "ils_connections_open", listener="controller") <= 1
+
+
+FLOOD = 1000
+
+
+@pytest.mark.parametrize("tuned_controller", [(f"--max-connections-per-source={HELD}",)], indirect=True,
+                         ids=["per-source"])
+def test_a_flood_beyond_the_cap_costs_no_descriptors_memory_or_log_lines(tuned_controller: TunedController) -> None:
+    """1000 connections beyond the cap, opened and dropped as fast as one client can: each is closed at accept, the
+    controller's descriptors and memory come back to where they were, and the log holds one line for all of them."""
+    c = tuned_controller
+    admin = pem_files(c, "admin")
+    time.sleep(0.5)
+    socks = hold(c.port, HELD)
+    try:
+        assert_refused_at_accept(c.port)
+        pid = c.process.pid
+        before = (rss_bytes(pid), fd_count(pid))
+        started = time.monotonic()
+        for _ in range(FLOOD):
+            with socket.create_connection(("127.0.0.1", c.port), timeout=5) as s:
+                s.settimeout(5)
+                assert s.recv(1) == b"", "a connection beyond the cap got bytes"
+        elapsed = time.monotonic() - started
+        print(f"{FLOOD} refused connections in {elapsed:.1f} s")
+        assert_no_growth("controller", pid, before, f"{FLOOD} connections refused at accept")
+        assert metric(c.metrics_port, "ils_connections_refused_total", listener="controller",
+                      cap="per_source") == FLOOD + 1
+        assert len(refusal_lines(c.process.full_log())) == 1
+        assert_still_open(socks)
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.monotonic() + 10
+    while api(c, "GET", "/v1/whoami", admin)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_controller_serves(c, admin)
 
 
 # ------------------------------------------------------------------------------------------------------------------
