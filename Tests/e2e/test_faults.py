@@ -481,27 +481,104 @@ def fill(directory: Path) -> Path:
 
 
 def test_disk_full_on_the_device_while_enrolling(controller: Controller, tiny_fs) -> None:
-    """The identity file's disk is full: enroll fails with one clear sentence, leaves no partial or temporary file,
-    and the controller's store is intact and says exactly what happened (the token was spent; reissue is the way
-    back, as the message says)."""
+    """The identity file's disk is full: enroll takes its room on disk before it spends the token, so it fails with one
+    clear sentence, leaves no partial or temporary file, and the *same* token enrolls once there is room (with
+    --pem, the PEM files' room is taken too)."""
     disk = tiny_fs("device-disk", 256)
     r = controller.cli("admin", "identity", "create", "full-dev", "--role", "device", "-o", "full-dev.jwt")
     assert r.returncode == 0, r.describe()
     fill(disk)
-    r = controller.cli("enroll", "full-dev.jwt", "--out", str(disk / "full-dev.json"))
-    print(f"enroll onto a full disk: exit {r.returncode}, {r.stderr.strip()!r}")
-    assert r.returncode not in (0, 1), f"expected a clean refusal, got {r.describe()}"
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ils-gateway: "), r.describe()
-    assert sorted(p.name for p in disk.iterdir()) == ["filler"], f"left behind: {list(disk.iterdir())}"
+    for extra in ([], ["--pem"]):
+        r = controller.cli("enroll", "full-dev.jwt", "--out", str(disk / "full-dev.json"), *extra)
+        print(f"enroll {' '.join(extra)} onto a full disk: exit {r.returncode}, {r.stderr.strip()!r}")
+        assert r.returncode == 73, f"expected a clean refusal (cannot write), got {r.describe()}"
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ils-gateway: "), r.describe()
+        assert "token was not used" in lines[0], r.describe()
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"], f"left behind: {list(disk.iterdir())}"
     store = controller.state_dir / "store.sqlite"
     assert integrity(store) == "ok"
-    r = controller.cli("admin", "identity", "reissue", "full-dev", "-o", "full-dev-2.jwt")
-    assert r.returncode == 0, r.describe()
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+    try:
+        state, consumed = db.execute(
+            "SELECT i.state, t.consumed_at FROM identities i JOIN enrollment_tokens t ON t.identity_id = i.id "
+            "WHERE i.name = 'full-dev'").fetchone()
+    finally:
+        db.close()
+    assert (state, consumed) == ("pending", None), "the token was spent although nothing could be written"
     (disk / "filler").unlink()
-    r = controller.cli("enroll", "full-dev-2.jwt", "--out", str(disk / "full-dev.json"))
+    r = controller.cli("enroll", "full-dev.jwt", "--out", str(disk / "full-dev.json"), "--pem")
     assert r.returncode == 0, r.describe()
     assert json.loads((disk / "full-dev.json").read_text())["identity"]["name"] == "full-dev"
+    assert sorted(p.name for p in disk.iterdir()) == [
+        "full-dev.ca.pem", "full-dev.cert.pem", "full-dev.json", "full-dev.key.pem"]
+
+
+def test_revocation_takes_effect_while_the_store_disk_is_full(ils_bin: Path, tmp_path: Path, tiny_fs) -> None:
+    """The controller's store is on a full disk and a device streams through a tunnel: `revoke` cannot be saved, yet
+    the device's live SSE stream is cut, new requests are refused, and the command says exactly that. Once there is
+    room, the revocation is saved (the controller retries; running the command again saves it at once)."""
+    disk = tiny_fs("controller-disk-revoke", 2048)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    binary = logs / "ils-gateway"
+    binary.write_bytes(ils_bin.read_bytes())
+    binary.chmod(0o755)
+    c = Controller(binary, tmp_path / "root", logs)
+    c.root.mkdir()
+    c.state_dir = disk / "state"
+    assert c.init().returncode == 0
+    c.start()
+    backend = Backend(logs)
+    gateway: Optional[ManagedProcess] = None
+    tunnel: Optional[Tunnel] = None
+    try:
+        backend.start()
+        enroll(c, "gw-full", "gateway")
+        enroll(c, "ipad-full", "device")
+        gateway = gateway_process(c, backend, logs, identity="gw-full")
+        gateway.start()
+        gateway.wait_for_log("hosting service")
+        tunnel = Tunnel(c, "ipad-full", logs)
+        tunnel.start()
+        f = Faulty(c, backend, gateway, tunnel, logs, device="ipad-full")
+        wait_until_flowing(f, 10.0)
+        client, response, lines = open_stream(f)
+        filler = fill(disk)
+        try:
+            r = c.cli("admin", "identity", "revoke", "ipad-full")
+            print(f"revoke on a full disk: exit {r.returncode}, {r.stderr.strip()!r}")
+            took, how = drain_until_end(lines)
+            print(f"the revoked device's stream ended {took:.3f} s after the command returned ({how})")
+        finally:
+            response.close()
+            client.close()
+        assert took < 5.0, f"the stream went on for {took:.1f} s after the revocation"
+        assert r.returncode == 69, r.describe()
+        assert "connections were closed" in r.stderr and "could not save" in r.stderr, r.describe()
+        ok, outcome = through_tunnel_ok(f)
+        assert not ok and "403" in outcome, f"the revoked device still got through: {outcome}"
+        assert stored_state(c.state_dir / "store.sqlite", "ipad-full") == "active"  # not saved: the disk is full
+        assert c.process is not None and c.process.alive()
+
+        filler.unlink()
+        r = c.cli("admin", "identity", "revoke", "ipad-full")
+        assert r.returncode == 0 and "ipad-full is now revoked" in r.stdout, r.describe()
+        assert stored_state(c.state_dir / "store.sqlite", "ipad-full") == "revoked"
+        assert integrity(c.state_dir / "store.sqlite") == "ok"
+    finally:
+        for p in (tunnel, gateway, backend):
+            if p is not None:
+                p.stop()
+        c.stop()
+
+
+def stored_state(store: Path, name: str) -> str:
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+    try:
+        return db.execute("SELECT state FROM identities WHERE name = ?", (name,)).fetchone()[0]
+    finally:
+        db.close()
 
 
 def test_disk_full_under_the_controller_store(ils_bin: Path, tmp_path: Path, tiny_fs) -> None:
