@@ -103,8 +103,10 @@ public struct Controller: Sendable {
     }
 
     /// Records a refused enrollment in the audit log (the reason code only; never the token). The caller has no
-    /// credentials, so the rows are aggregated per source and code (`RefusalAggregator`).
-    public func auditRefusedEnrollment(_ error: ILSError, peer: String, now: Int64) {
+    /// credentials, so the rows are aggregated per source and code (`RefusalAggregator`). Returns whether it was
+    /// the first of its source and code in the window.
+    @discardableResult
+    public func auditRefusedEnrollment(_ error: ILSError, peer: String, now: Int64) -> Bool {
         state.refusals.record(
             source: peer,
             code: error.code.name,

@@ -56,9 +56,15 @@ struct ControllerRouter: Sendable {
                 logger.info("enrolled", metadata: ["identity": "\(response.identity.name)", "peer": "\(request.peer)"])
                 return try Self.json(response)
             } catch {
-                controller.auditRefusedEnrollment(error, peer: request.peer, now: Int64(Date().timeIntervalSince1970))
+                let now = Int64(Date().timeIntervalSince1970)
+                let first = controller.auditRefusedEnrollment(error, peer: request.peer, now: now)
                 ControllerMetrics.refusal(error.code.name)
-                logger.notice("enrollment refused", metadata: ["code": "\(error.code)", "peer": "\(request.peer)"])
+                // Like the audit rows: one notice per source and code a minute; the rest at debug, counted in metrics.
+                logger.log(
+                    level: first ? .notice : .debug,
+                    "enrollment refused",
+                    metadata: ["code": "\(error.code)", "peer": "\(request.peer)"]
+                )
                 throw error
             }
         case (.POST, "v1/renew"):

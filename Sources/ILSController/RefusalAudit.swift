@@ -12,9 +12,13 @@ public final class RefusalAudit: Sendable {
         self.aggregator = NIOLockedValueBox(aggregator)
     }
 
-    func record(source: String, code: String, now: Int64, action: String, store: any IdentityStore) {
+    /// Returns whether this refusal was the first of its source and code in the window (the caller logs only
+    /// those: a log line per refusal would be the same amplification, in the journal).
+    @discardableResult
+    func record(source: String, code: String, now: Int64, action: String, store: any IdentityStore) -> Bool {
         let rows = aggregator.withLockedValue { $0.record(source: source, code: code, now: now) }
         write(rows, action: action, store: store)
+        return rows.contains { $0.detail == code }
     }
 
     /// Writes the counts not yet written: before the audit log is read, and now and then in the background.
