@@ -21,6 +21,9 @@ final class Relay: Sendable {
         var hosts: [String: [Host]] = [:]
         var nextIndex: [String: Int] = [:]
         var sessions: [ObjectIdentifier: SessionEntry] = [:]
+        /// Gateway links whose certificate is no longer current but still carried circuits when that was found:
+        /// closed when their last circuit ends.
+        var superseded: Set<ObjectIdentifier> = []
         var sameLoopSplices = 0
         var crossLoopSplices = 0
     }
@@ -67,6 +70,7 @@ final class Relay: Sendable {
         host.channel.closeFuture.whenComplete { _ in
             self.state.withLockedValue { state in
                 state.hosts[service]?.removeAll { $0.key == host.key }
+                state.superseded.remove(host.key)
             }
             self.logger.info("gateway left", metadata: ["gateway": "\(host.identity.name)", "service": "\(service)"])
         }
@@ -171,7 +175,11 @@ final class Relay: Sendable {
             _ = try controller.activeIdentity(id: host.identity.id, fingerprint: host.identity.certificateFingerprint)
             return true
         } catch {
-            let idle = state.withLockedValue { state in !state.sessions.values.contains { $0.host == host.key } }
+            let idle = state.withLockedValue { state in
+                let idle = !state.sessions.values.contains { $0.host == host.key }
+                if !idle { state.superseded.insert(host.key) }
+                return idle
+            }
             logger.notice(
                 "gateway link's certificate is no longer current; not routing to it",
                 metadata: [
@@ -243,7 +251,15 @@ final class Relay: Sendable {
             ControllerMetrics.circuitsTotal.increment()
             ControllerMetrics.circuitsActive.increment()
             deviceStream.closeFuture.whenComplete { _ in
-                _ = sessionState.withLockedValue { $0.sessions.removeValue(forKey: key) }
+                let drained = sessionState.withLockedValue { state -> Bool in
+                    state.sessions.removeValue(forKey: key)
+                    guard state.superseded.contains(host.key),
+                        !state.sessions.values.contains(where: { $0.host == host.key })
+                    else { return false }
+                    state.superseded.remove(host.key)
+                    return true
+                }
+                if drained { host.channel.close(promise: nil) }
                 ControllerMetrics.circuitsActive.decrement()
             }
             return gatewayStream.eventLoop.makeCompletedFuture {

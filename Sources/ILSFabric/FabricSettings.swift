@@ -96,7 +96,10 @@ extension ChannelPipeline.SynchronousOperations {
                 try stream.pipeline.syncOperations.addHandler(acceptStream())
             }
         }
-        if let keepalive { try addHandler(keepalive) }
+        if let keepalive {
+            try addHandler(keepalive)
+            try addHandler(AbruptCloseHandler(), position: .first)
+        }
         return multiplexer
     }
 }

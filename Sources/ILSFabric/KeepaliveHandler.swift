@@ -153,7 +153,12 @@ public final class KeepaliveHandler: ChannelDuplexHandler {
             } else {
                 state = .closed
                 onDead?()
-                context.close(promise: nil)
+                // Not `context.close`: that goes through the TLS handler, which sends close_notify and waits up to 5 s
+                // for the dead peer's (the relay kept routing circuits to the link, and the gateway waited to redial,
+                // for those 5 s). `AbruptCloseHandler`, at the head of the pipeline, closes the socket at once.
+                let promise = context.eventLoop.makePromise(of: Void.self)
+                promise.futureResult.whenFailure { _ in context.close(promise: nil) }
+                context.triggerUserOutboundEvent(AbruptCloseHandler.Close(), promise: promise)
             }
         }
     }
@@ -170,5 +175,25 @@ public final class KeepaliveHandler: ChannelDuplexHandler {
         }
         let ping = HTTP2Frame(streamID: .rootStream, payload: .ping(Self.pingData, ack: false))
         context.writeAndFlush(wrapOutboundOut(ping), promise: nil)
+    }
+}
+
+/// First in an overlay connection's pipeline, before TLS: closes the socket at once on `Close`, without the TLS
+/// shutdown handshake that a close from further up would start. Only for a peer that is gone: it would never answer
+/// the close_notify.
+public final class AbruptCloseHandler: ChannelOutboundHandler, Sendable {
+    public typealias OutboundIn = Any
+
+    /// Sent as an outbound user event: close the connection now.
+    public struct Close: Sendable {}
+
+    public init() {}
+
+    public func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard event is Close else {
+            context.triggerUserOutboundEvent(event, promise: promise)
+            return
+        }
+        context.close(promise: promise)
     }
 }

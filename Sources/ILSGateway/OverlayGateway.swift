@@ -25,6 +25,8 @@ public final class OverlayGateway: Service, Sendable {
         >
     /// Where the identity file lives, for renewal; `nil` disables automatic renewal.
     private let identityPath: String?
+    /// Notices a certificate renewed by someone else (`ils-gateway renew`) in the identity file.
+    private let watcher: NIOLockedValueBox<IdentityFileWatcher>?
     private let service: String
     private let handshakeTimeout: TimeAmount
     private let keepalive: FabricKeepalive
@@ -94,6 +96,7 @@ public final class OverlayGateway: Service, Sendable {
         }
         self.identity = NIOLockedValueBox(try Self.load(identity))
         self.identityPath = identityPath
+        self.watcher = identityPath.map { NIOLockedValueBox(IdentityFileWatcher(path: $0, current: identity)) }
         self.service = service
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
@@ -139,6 +142,7 @@ public final class OverlayGateway: Service, Sendable {
                 let renewed = try await Renewal.renew(path: identityPath)
                 let loaded = try Self.load(renewed)
                 identity.withLockedValue { $0 = loaded }
+                watcher?.withLockedValue { $0.using(renewed) }
                 logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
                 rotateLinks()
             } catch {
@@ -151,6 +155,7 @@ public final class OverlayGateway: Service, Sendable {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 group.addTask { await self.renewalLoop() }
+                group.addTask { await self.identityWatchLoop() }
                 group.addTask { await self.connectLoop(slot: 0) }
                 var started = 1
                 for await wanted in self.linkCount.stream {
@@ -248,10 +253,15 @@ public final class OverlayGateway: Service, Sendable {
                 if self.stopped { break }
                 switch outcome {
                 case .refused(_, let code):
+                    // A certificate replaced by a renewal made elsewhere: move to the new one at once.
+                    if code == HostControlMessage.identityBlocked, adoptChangedIdentityFile() { continue }
                     let wait =
                         code == HostControlMessage.identityBlocked
                         ? identityRefusalBackoff.next() : serviceRefusalBackoff.next()
-                    logger.debug("link refused; waiting before the next try", metadata: ["wait": "\(wait)"])
+                    logger.debug(
+                        "link refused; waiting before the next try",
+                        metadata: ["wait": "\(wait.nanoseconds / 1_000_000_000)s"]
+                    )
                     try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
                     continue
                 case .bound:
@@ -291,6 +301,39 @@ public final class OverlayGateway: Service, Sendable {
             }
             try? await Task.sleep(nanoseconds: UInt64(backoff.next().nanoseconds))
         }
+    }
+
+    /// Every couple of seconds: moves to a certificate renewed in the identity file by someone else.
+    private func identityWatchLoop() async {
+        guard watcher != nil else { return }
+        while !stopped {
+            do {
+                try await Task.sleep(for: IdentityFileWatcher.interval)
+            } catch {
+                return
+            }
+            _ = adoptChangedIdentityFile()
+        }
+    }
+
+    /// Loads the identity file if it holds a new certificate for this identity, and re-links with it. Returns
+    /// whether it did.
+    private func adoptChangedIdentityFile() -> Bool {
+        let id = identity.withLockedValue { $0.file.identity.id }
+        guard let changed = watcher?.withLockedValue({ $0.changed(identityID: id) }) else { return false }
+        do {
+            let loaded = try Self.load(changed)
+            identity.withLockedValue { $0 = loaded }
+        } catch {
+            logger.warning("the identity file changed but cannot be used", metadata: ["error": "\(error.reason)"])
+            return false
+        }
+        logger.info(
+            "the identity file has a new certificate; re-linking with it",
+            metadata: ["until": "\(changed.identity.certificateNotAfter ?? 0)"]
+        )
+        rotateLinks()
+        return true
     }
 
     /// After a renewal: every link is dialled again with the new certificate, and each old link closes once its

@@ -1,6 +1,6 @@
 import ILSClient
 public import ILSCore
-import ILSFabric
+public import ILSFabric
 public import Logging
 import NIOConcurrencyHelpers
 public import NIOCore
@@ -29,6 +29,7 @@ public final class Tunnel: Service, Sendable {
         service: String,
         listen: HostPort,
         allowRemote: Bool,
+        keepalive: FabricKeepalive = .standard,
         logger: Logger
     ) throws(ILSError) {
         guard listen.isLoopback || allowRemote else {
@@ -38,7 +39,7 @@ public final class Tunnel: Service, Sendable {
                     + "give --allow-remote to listen on \(listen.host)"
             )
         }
-        self.dialer = try OverlayDialer(identity: identity)
+        self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive)
         self.identity = NIOLockedValueBox(identity)
         self.identityPath = identityPath
         self.service = service
@@ -91,10 +92,35 @@ public final class Tunnel: Service, Sendable {
         )
         await withDiscardingTaskGroup { group in
             group.addTask { await self.renewalLoop() }
+            group.addTask { await self.identityWatchLoop() }
             try? await gracefulShutdown()
             group.cancelAll()
         }
         await shutdown()
+    }
+
+    /// Every couple of seconds: dials with a certificate renewed in the identity file by someone else (`ils-gateway
+    /// renew`) from the next circuit on; the controller refuses circuits on a connection made with a replaced one.
+    private func identityWatchLoop() async {
+        guard let identityPath else { return }
+        var watcher = IdentityFileWatcher(path: identityPath, current: identity.withLockedValue { $0 })
+        while true {
+            do {
+                try await Task.sleep(for: IdentityFileWatcher.interval)
+            } catch {
+                return
+            }
+            let current = identity.withLockedValue { $0 }
+            if current.certificate != watcher.certificateInUse { watcher.using(current) }
+            guard let changed = watcher.changed(identityID: current.identity.id) else { continue }
+            do {
+                try dialer.replaceIdentity(changed)
+                identity.withLockedValue { $0 = changed }
+                logger.info("the identity file has a new certificate; dialling with it")
+            } catch {
+                logger.warning("the identity file changed but cannot be used", metadata: ["error": "\(error.reason)"])
+            }
+        }
     }
 
     /// Renews the certificate now and dials with the new one from the next circuit on.

@@ -37,6 +37,7 @@ struct TunnelCommand: AsyncParsableCommand {
     )
     var allowRemote: Bool?
 
+    @OptionGroup var keepaliveOptions: KeepaliveOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
@@ -55,6 +56,7 @@ struct TunnelCommand: AsyncParsableCommand {
             service: service,
             listen: address,
             allowRemote: layers.boolean(.allowRemote, flag: allowRemote),
+            keepalive: try keepaliveOptions.resolve(layers),
             logger: logger
         )
         if let metrics {

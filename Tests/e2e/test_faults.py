@@ -12,6 +12,7 @@ gateway on purpose.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -365,10 +366,20 @@ def netns() -> Iterator[Netns]:
         run("ip", "netns", "del", ns.name, check=False)
 
 
-def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path, tmp_path: Path) -> None:
-    """The gateway and its backend live in their own network namespace and reach the controller over a veth pair;
-    the device's tunnel stays in this one. With the gateway's link down, a request fails within a bound (no hang);
-    once it is back up, the same tunnel and the same gateway carry requests again, with no restart."""
+@dataclass
+class NetnsOverlay:
+    """A controller in this namespace, a gateway and its backend in `netns`, a tunnel in this namespace."""
+    netns: Netns
+    controller: ManagedProcess
+    gateway: ManagedProcess
+    tunnel: Tunnel
+    faulty: Faulty
+    controller_port: int
+
+
+@contextlib.contextmanager
+def netns_overlay(netns: Netns, ils_bin: Path, tmp_path: Path, keepalive: list[str]) -> Iterator[NetnsOverlay]:
+    """The whole overlay across the veth pair; `keepalive` flags go to the controller and the gateway."""
     root, logs = tmp_path / "root", tmp_path / "logs"
     root.mkdir()
     logs.mkdir()
@@ -382,7 +393,7 @@ def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path,
     controller = ManagedProcess(
         "controller-netns",
         [str(binary), "controller", "run", "--state-dir", str(c.state_dir), "--listen", f"{netns.host_ip}:{c.port}",
-         "--log-level", "info"],
+         "--log-level", "info", *keepalive],
         logs, cwd=root, env=cli_env(),
     )
     backend_port = 18000 + int(netns.name[-4:], 16) % 20000
@@ -396,7 +407,7 @@ def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path,
         "gateway-netns",
         netns.exec_args() + [str(binary), "serve", "--mode", "ziti", "--identity", "identities/gw-ns.json",
                              "--service", SERVICE, "--backend", f"http://127.0.0.1:{backend_port}",
-                             "--log-level", "info"],
+                             "--log-level", "info", *keepalive],
         logs, cwd=root, env=cli_env(),
     )
     tunnel: Optional[Tunnel] = None
@@ -414,7 +425,19 @@ def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path,
         tunnel.start()
         f = Faulty(c, None, gateway, tunnel, logs, device="ipad-ns")  # type: ignore[arg-type]
         wait_until_flowing(f, 10.0)
+        yield NetnsOverlay(netns, controller, gateway, tunnel, f, c.port)
+    finally:
+        for p in (tunnel, gateway, backend, controller):
+            if p is not None:
+                p.stop()
 
+
+def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path, tmp_path: Path) -> None:
+    """The gateway and its backend live in their own network namespace and reach the controller over a veth pair;
+    the device's tunnel stays in this one. With the gateway's link down, a request fails within a bound (no hang);
+    once it is back up, the same tunnel and the same gateway carry requests again, with no restart."""
+    with netns_overlay(netns, ils_bin, tmp_path, []) as o:
+        f = o.faulty
         netns.cut()
         started = time.monotonic()
         ok, outcome = through_tunnel_ok(f, timeout=CUT_ERROR_BOUND_S)
@@ -426,11 +449,78 @@ def test_network_cut_between_gateway_and_controller(netns: Netns, ils_bin: Path,
         netns.restore()
         took = wait_until_flowing(f, CUT_RECOVERY_BOUND_S)
         print(f"path restored: requests flowed again {took:.2f} s later")
-        assert gateway.alive() and tunnel.alive() and controller.alive()
-    finally:
-        for p in (tunnel, gateway, backend, controller):
-            if p is not None:
-                p.stop()
+        assert o.gateway.alive() and o.tunnel.alive() and o.controller.alive()
+
+
+KEEPALIVE_S, KEEPALIVE_TIMEOUT_S = 2, 2
+
+
+def link_ports(o: NetnsOverlay) -> list[int]:
+    """Local ports of the gateway's established connections to the controller, seen inside its namespace."""
+    r = run(*o.netns.exec_args(), "ss", "-Htn", "state", "established", "dst", f"{o.netns.host_ip}:{o.controller_port}")
+    return sorted(int(line.split()[-2].rsplit(":", 1)[1]) for line in r.stdout.splitlines() if line.strip())
+
+
+def drop_silently(o: NetnsOverlay, ports: list[int]) -> None:
+    """What a NAT does when it forgets a mapping: the packets of these connections vanish, both ways, with no RST
+    and no ICMP; the link stays up and new connections (new source ports, a new mapping) go through."""
+    for port in ports:
+        for chain, flag in (("OUTPUT", "--sport"), ("INPUT", "--dport")):
+            run(*o.netns.exec_args(), "iptables", "-A", chain, "-p", "tcp", flag, str(port), "-j", "DROP")
+
+
+def test_silently_dropped_gateway_link_is_noticed_and_redialled(netns: Netns, ils_bin: Path, tmp_path: Path) -> None:
+    """Issue 23, item 1. The gateway's links to the controller have their packets dropped without a word (iptables
+    DROP on their ports in the gateway's namespace: a NAT that forgot its mapping), not taken down. Both ends notice
+    by their keepalive: the gateway redials and serves again within the keepalive interval plus its timeout (plus
+    the reconnect), and the controller closes the dead links, after which no circuit is routed to them. Without
+    keepalives the gateway never noticed (80 s and counting) and every circuit routed to it hung for 5 s."""
+    if subprocess.run(["which", "iptables"], capture_output=True).returncode != 0:
+        pytest.skip("iptables is not installed (deploy/install-deps.sh installs it)")
+    keepalive = ["--keepalive", f"{KEEPALIVE_S}s", "--keepalive-timeout", f"{KEEPALIVE_TIMEOUT_S}s"]
+    with netns_overlay(netns, ils_bin, tmp_path, keepalive) as o:
+        f = o.faulty
+        ports = link_ports(o)
+        assert ports, "the gateway has no established link to the controller"
+        # Idle long enough for a keepalive round trip to have happened: PINGs alone must not disturb a live link.
+        time.sleep(KEEPALIVE_S + KEEPALIVE_TIMEOUT_S + 1)
+        assert "went silent" not in o.gateway.full_log(), "a healthy link was declared dead"
+        assert link_ports(o) == ports, "a healthy link was closed"
+        gateway_hosting_before = o.gateway.full_log().count("hosting service")
+
+        drop_silently(o, ports)
+        started = time.monotonic()
+        bound = KEEPALIVE_S + KEEPALIVE_TIMEOUT_S + 8.0  # interval + timeout, then a redial (backoff <= 0.8 s)
+        noticed = redialled = None
+        while time.monotonic() - started < bound and (noticed is None or redialled is None):
+            log = o.gateway.full_log()
+            if noticed is None and "went silent" in log:
+                noticed = time.monotonic() - started
+            if redialled is None and log.count("hosting service") > gateway_hosting_before:
+                redialled = time.monotonic() - started
+            time.sleep(0.05)
+        print(f"gateway noticed the dead link after {noticed} s and was hosting again after {redialled} s "
+              f"(keepalive {KEEPALIVE_S}s + timeout {KEEPALIVE_TIMEOUT_S}s)")
+        assert noticed is not None, f"the gateway did not notice its dead link within {bound} s"
+        assert redialled is not None, f"the gateway did not host again within {bound} s"
+        took = wait_until_flowing(f, bound)
+        print(f"requests flowed {took:.2f} s after that")
+
+        # The controller's own keepalive closes its ends of the dead links.
+        deadline = time.monotonic() + bound
+        while o.controller.full_log().count("went silent") < len(ports) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        closed = o.controller.full_log().count("went silent")
+        print(f"the controller closed {closed} dead link(s) of {len(ports)} after {time.monotonic() - started:.2f} s")
+        assert closed >= len(ports), f"the controller kept {len(ports) - closed} dead link(s) open"
+
+        mark = len(o.controller.full_log())
+        for i in range(20):
+            ok, outcome = through_tunnel_ok(f, timeout=10.0)
+            assert ok, f"request {i} after recovery failed: {outcome}"
+        routed_to_dead = o.controller.full_log()[mark:].count("gateway did not take a circuit")
+        assert routed_to_dead == 0, f"{routed_to_dead} circuit(s) were routed to a dead link after it was closed"
+        assert o.gateway.alive() and o.tunnel.alive() and o.controller.alive()
 
 
 # ------------------------------------------------------------------------------------------------------------------
