@@ -523,6 +523,85 @@ def test_silently_dropped_gateway_link_is_noticed_and_redialled(netns: Netns, il
         assert o.gateway.alive() and o.tunnel.alive() and o.controller.alive()
 
 
+def test_device_reconnects_on_its_next_circuit_after_a_silent_drop(netns: Netns, ils_bin: Path,
+                                                                     tmp_path: Path) -> None:
+    """Issue 23, item 1, the device's side (a Wi-Fi to cellular switch: the old connection's packets go nowhere).
+    The tunnel runs in the namespace, the controller and the gateway outside; the tunnel's connection to the
+    controller is dropped silently. Its keepalive interval is set long (60 s) so that what is tested is the next
+    circuit: the dial probes the quiet connection, finds it dead within the keepalive timeout, and dials again on a
+    new connection, so the request after the drop is answered, not lost. Without it the request hung (the circuit
+    request went into a dead connection that nothing watched)."""
+    if subprocess.run(["which", "iptables"], capture_output=True).returncode != 0:
+        pytest.skip("iptables is not installed (deploy/install-deps.sh installs it)")
+    root, logs = tmp_path / "root", tmp_path / "logs"
+    root.mkdir()
+    logs.mkdir()
+    binary = logs / "ils-gateway"
+    binary.write_bytes(ils_bin.read_bytes())
+    binary.chmod(0o755)
+    c = Controller(binary, root, logs)
+    c.address = f"https://{netns.host_ip}:{c.port}"
+    assert c.init().returncode == 0
+    controller = ManagedProcess(
+        "controller-netns",
+        [str(binary), "controller", "run", "--state-dir", str(c.state_dir), "--listen", f"{netns.host_ip}:{c.port}",
+         "--log-level", "info"],
+        logs, cwd=root, env=cli_env(),
+    )
+    backend = Backend(logs)
+    tunnel_port = 18000 + int(netns.name[-4:], 16) % 20000
+    tunnel = ManagedProcess(
+        "tunnel-netns",
+        netns.exec_args() + [str(binary), "tunnel", "--identity", "identities/ipad-drop.json", "--service", SERVICE,
+                             "--listen", f"127.0.0.1:{tunnel_port}", "--log-level", "info",
+                             "--keepalive", "60s", "--keepalive-timeout", "2s"],
+        logs, cwd=root, env=cli_env(),
+    )
+    gateway: Optional[ManagedProcess] = None
+
+    def request() -> tuple[bool, str, float]:
+        started = time.monotonic()
+        r = subprocess.run(netns.exec_args() + ["curl", "-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}",
+                                                 f"http://127.0.0.1:{tunnel_port}/debug/headers"],
+                           capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+        status = r.stdout.rsplit("\n", 1)[-1] if r.stdout else ""
+        return status == "200" and "ipad-drop" in r.stdout, f"{status} {r.stderr.strip()}", took
+
+    try:
+        controller.start()
+        controller.wait_for_log("controller listening")
+        c.process = controller
+        enroll(c, "gw-drop", "gateway")
+        enroll(c, "ipad-drop", "device")
+        backend.start()
+        gateway = gateway_process(c, backend, logs, identity="gw-drop")
+        gateway.start()
+        gateway.wait_for_log("hosting service")
+        tunnel.start()
+        tunnel.wait_for_log("tunnel listening")
+        ok, outcome, _ = request()
+        assert ok, f"the first request failed: {outcome}"
+        r = run(*netns.exec_args(), "ss", "-Htn", "state", "established", "dst", f"{netns.host_ip}:{c.port}")
+        ports = sorted(int(line.split()[-2].rsplit(":", 1)[1]) for line in r.stdout.splitlines() if line.strip())
+        assert len(ports) == 1, f"the tunnel should hold one controller connection: {r.stdout}"
+        for chain, flag in (("OUTPUT", "--sport"), ("INPUT", "--dport")):
+            run(*netns.exec_args(), "iptables", "-A", chain, "-p", "tcp", flag, str(ports[0]), "-j", "DROP")
+        time.sleep(1.5)  # quiet for longer than the probe's freshness (1 s)
+
+        ok, outcome, took = request()
+        print(f"first request after the silent drop: {outcome} after {took:.2f} s")
+        assert ok, f"the request after the silent drop was not answered: {outcome}"
+        for _ in range(5):
+            ok, outcome, _ = request()
+            assert ok, outcome
+        assert tunnel.alive() and gateway.alive() and controller.alive()
+    finally:
+        for p in (tunnel, gateway, backend, controller):
+            if p is not None:
+                p.stop()
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Disk full
 # ------------------------------------------------------------------------------------------------------------------
