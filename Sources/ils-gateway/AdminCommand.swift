@@ -128,10 +128,23 @@ struct SessionsCommand: AsyncParsableCommand {
     }
 }
 
+/// Prints `value` as JSON. The encoder escapes C0 itself but writes DEL, C1 (U+009B is an 8-bit CSI to some
+/// terminals), the line separators and the bidi controls raw; those can only occur inside strings, so they are
+/// written as `\uXXXX` escapes here: the same JSON value, nothing a terminal obeys.
 func printJSON<T: Encodable>(_ value: T) throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+    let text = String(decoding: try encoder.encode(value), as: UTF8.self)
+    var safe = String.UnicodeScalarView()
+    for scalar in text.unicodeScalars {
+        if scalar.value >= 0x7F, ControlCharacters.isControl(scalar) {
+            let digits = String(scalar.value, radix: 16)
+            safe.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - digits.count) + digits).unicodeScalars)
+        } else {
+            safe.append(scalar)
+        }
+    }
+    print(String(safe))
 }
 
 func formatTime(_ seconds: Int64?) -> String {

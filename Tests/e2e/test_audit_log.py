@@ -95,7 +95,8 @@ def test_a_hostile_audit_row_prints_escaped_in_text_and_exact_in_json(controller
 
     r = controller.cli("admin", "audit", "--since", "15m", "--json")
     assert r.returncode == 0, r.describe()
-    assert "\x1b" not in r.stdout and "\r" not in r.stdout  # the JSON encoder escaped them
+    for raw in ("\x1b", "\r", "\x07", "\x9b"):  # escaped the JSON way (C1 too: U+009B is an 8-bit CSI)
+        assert raw not in r.stdout, f"{raw!r} in the JSON output"
     entry = next(e for e in json.loads(r.stdout) if e["action"] == "bind.refused")
     assert entry["actor"] == HOSTILE and entry["target"] == HOSTILE and entry["detail"] == "detail " + HOSTILE
 
