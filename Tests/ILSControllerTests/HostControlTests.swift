@@ -139,6 +139,7 @@ struct RelayGatewayTimeoutTests {
         let (state, directory) = try temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let device = try activeDevice(in: state)
+        let gateway = try activeDevice(in: state, name: "gw", role: .gateway)
         let loop = EmbeddedEventLoop()
         // The controller's end of a gateway link (HTTP/2 client: the relay opens the streams) and the gateway's end,
         // which records each circuit's frames and never answers.
@@ -152,7 +153,6 @@ struct RelayGatewayTimeoutTests {
         let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
         controllerSide.connect(to: address, promise: nil)
         gatewaySide.connect(to: address, promise: nil)
-        let gateway = gatewayRecord()
         let relay = Relay(
             controller: Controller(state: state),
             gatewayTimeout: .seconds(1),
@@ -199,11 +199,13 @@ struct RelayGatewayTimeoutTests {
 }
 
 /// An enrolled, active device identity in `state`'s store.
-func activeDevice(in state: ControllerState, name: String = "phone") throws -> IdentityRecord {
+func activeDevice(in state: ControllerState, name: String = "phone", role: IdentityRole = .device) throws
+    -> IdentityRecord
+{
     let device = IdentityRecord(
         id: UUID().uuidString,
         name: name,
-        role: .device,
+        role: role,
         attributes: [],
         state: .pending,
         createdAt: 0
