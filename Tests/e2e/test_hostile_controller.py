@@ -134,6 +134,59 @@ def h2_outcome(c: Controller, creds: Optional[tuple[Path, Path]], alpn: str) -> 
         tls.close()
 
 
+def h2_host_outcome(c: Controller, creds: tuple[Path, Path]) -> str:
+    """Opens a gateway connection (ils-host/1), answers the controller's control stream as a gateway that hosts
+    claude-api, and says what came back: "told identity_blocked, then closed" when the controller's answer on the
+    control stream was a refusal of the identity (errorCode identity_blocked) and it closed the connection; "bound"
+    when it sent a dial policy; "refused: ..." when it never got that far."""
+    raw = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+    try:
+        tls = tls_context(c, creds, "ils-host/1").wrap_socket(raw, server_hostname="127.0.0.1")
+    except (ssl.SSLError, ConnectionResetError) as e:
+        raw.close()
+        return f"refused in the handshake: {e!r}"
+    # The gateway is the HTTP/2 server here: its preface is a SETTINGS frame.
+    frame = lambda kind, flags, stream, payload: (len(payload).to_bytes(3, "big") + bytes([kind, flags])
+                                                  + stream.to_bytes(4, "big") + payload)
+    try:
+        tls.sendall(frame(0x4, 0, 0, b""))
+        data, answered, body = b"", False, b""
+        deadline = time.monotonic() + CLOSE_BOUND_S
+        while time.monotonic() < deadline:
+            tls.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                chunk = tls.recv(65536)
+            except socket.timeout:
+                break
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                if b'"errorCode":"identity_blocked"' in body:
+                    return "told identity_blocked, then closed"
+                return f"refused: closed after {body[:200]!r}"
+            data += chunk
+            if data.startswith(b"PRI * HTTP/2.0"):
+                data = data[24:]
+            while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+                length, kind, flags = int.from_bytes(data[:3], "big"), data[3], data[4]
+                stream = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+                payload, data = data[9:9 + length], data[9 + length:]
+                if kind == 0x4 and not flags & 0x1:
+                    tls.sendall(frame(0x4, 0x1, 0, b""))  # SETTINGS ack
+                elif kind == 0x1 and stream == 1 and not answered:
+                    # :status 200 (static index 8), then ils-service: claude-api as a literal (RFC 7541 §6.2.2).
+                    block = b"\x88" + b"\x00\x0bils-service\x0aclaude-api"
+                    tls.sendall(frame(0x1, 0x4, 1, block))
+                    answered = True
+                elif kind == 0x0 and stream == 1:
+                    body += payload
+                    if b'"dialRoles"' in body:
+                        return "bound"
+        return f"refused: nothing conclusive within {CLOSE_BOUND_S} s ({body[:200]!r})"
+    finally:
+        tls.close()
+
+
 def h2_dial_outcome(c: Controller, creds: tuple[Path, Path]) -> str:
     """Opens a device connection (ils-dial/1), asks for a circuit (CONNECT claude-api, stream 1) and says what came
     back: "circuit refused, then closed" when the controller answered the CONNECT with a final non-200 head and closed
@@ -406,9 +459,10 @@ def test_certificate_of_a_fallen_identity_is_refused(controller: Controller, adm
     status, body = api(controller, "POST", "/v1/renew", fallen[name], {"publicKey": b64url(os.urandom(32)),
                                                                        "proof": b64url(os.urandom(64))})
     assert status in (0, 403), (status, body)
-    outcome = h2_outcome(controller, fallen[name], "ils-host/1")
+    # A gateway link is told why on its control stream (identity_blocked), then closed; it never binds.
+    outcome = h2_host_outcome(controller, fallen[name])
     print(f"ils-host/1 as {name}: {outcome}")
-    assert outcome != "settings", f"ils-host/1: the controller accepted {name}"
+    assert outcome == "told identity_blocked, then closed", f"ils-host/1 as {name}: {outcome}"
     # A device is told why on its first circuit request (403 identity_blocked), then the connection closes; no
     # circuit is ever relayed for it.
     outcome = h2_dial_outcome(controller, fallen[name])
