@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the quickstart need, only when it is missing:
 # libsodium (the identity and end-to-end crypto), SQLite (the controller's store), openssl and curl (certificates and demo requests),
+# iptables and iproute2 (the fault tests' network namespaces),
 # and the Python packages of the sample backend and the end-to-end tests.
 # Safe to run again; does nothing when everything is present.
 set -euo pipefail
@@ -12,6 +13,8 @@ pkg-config --exists sqlite3 2>/dev/null || need_apt+=(libsqlite3-dev pkg-config)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)   # docs/operations.md's online backup
+command -v iptables >/dev/null || need_apt+=(iptables)   # the silent-drop tests (a NAT that forgets a link)
+command -v ss >/dev/null || need_apt+=(iproute2)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2
