@@ -24,15 +24,15 @@ public enum ControlCharacters {
         text.unicodeScalars.contains(where: isControl)
     }
 
-    /// `text` with each control character written as a visible escape (`\x1b`, `\r`, `\u{202e}`) and each backslash
-    /// doubled, so an escape printed here can never be mistaken for one that was in the text. Text without either
-    /// comes back unchanged.
+    /// `text` with each control character written as a visible escape (`\x1b`, `\r`, `\u{202e}`); text without one
+    /// comes back unchanged. A backslash stays as it is: text a store already escaped (`\x1b` in an audit row)
+    /// prints once, not as `\\x1b`, and a peer that writes a literal `\x1b` only fakes the look of an escape, never
+    /// a terminal action.
     public static func escaped(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { isControl($0) || $0 == "\\" }) else { return text }
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
         var result = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
             switch scalar {
-            case "\\": result.append(contentsOf: "\\\\".unicodeScalars)
             case "\n": result.append(contentsOf: "\\n".unicodeScalars)
             case "\r": result.append(contentsOf: "\\r".unicodeScalars)
             case "\t": result.append(contentsOf: "\\t".unicodeScalars)
