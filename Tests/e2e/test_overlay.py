@@ -407,7 +407,9 @@ def test_gateway_identity_may_not_dial(overlay: Overlay) -> None:
                 outcome = f"closed: {e!r}"
         elapsed = time.monotonic() - started
         print(f"request through a gateway-identity tunnel: {outcome} after {elapsed * 1000:.0f} ms")
-        assert outcome.startswith("closed"), f"expected the connection to be closed without a response, got {outcome}"
+        # The tunnel answers in the gateway's JSON error format with the refusal's code (issue 23, item 10).
+        assert outcome.startswith("HTTP 403") and '"code":"dial_denied"' in outcome, \
+            f"expected 403 dial_denied from the tunnel, got {outcome}"
         assert elapsed < REFUSAL_BOUND_S
 
         # Exactly one line about it in the tunnel's log (it may be written just after the close).
