@@ -120,6 +120,43 @@ struct AuditLogTests {
         }
     }
 
+    @Test("a block the store could not save is enforced from memory, then saved by the maintenance pass")
+    func unsavedBlockIsEnforcedThenSaved() async throws {
+        let state = try Self.memoryState()
+        let controller = Controller(state: state)
+        let created = try controller.createIdentity(
+            .init(name: "ipad", role: .device, attributes: [], tokenLifetimeSeconds: 600),
+            actor: "admin"
+        )
+        // What `changeState` keeps when the store's write fails (a full disk; shown end to end in test_faults.py).
+        state.unsavedBlocks.add(id: created.identity.id, name: "ipad", state: .revoked, actor: "admin")
+        #expect(controller.blockedIdentityIDs() == [created.identity.id])
+        #expect(try controller.identity(named: "ipad").state == .pending)
+        let maintenance = StoreMaintenance(
+            state: state,
+            retention: .standard,
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        await maintenance.pass()
+        #expect(try controller.identity(named: "ipad").state == .revoked)
+        #expect(state.unsavedBlocks.all.isEmpty)
+        #expect(
+            try state.store.auditEntries(since: 0).contains { $0.action == "identity.revoke" && $0.actor == "admin" }
+        )
+    }
+
+    private static func memoryState() throws -> ControllerState {
+        try ControllerState(
+            directory: "",
+            address: ControllerAddress(parsing: "https://127.0.0.1:1"),
+            authority: CertificateAuthority.create(name: "test CA", now: Date()),
+            serverCertificatePEM: "",
+            serverKeyPEM: "",
+            tokenKey: IdentityKeyPair.generate(),
+            store: try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+        )
+    }
+
     @Test("retention prunes entries past the age and beyond the row cap, oldest first, in batches")
     func retentionPrunes() async throws {
         let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
