@@ -234,3 +234,34 @@ def test_enroll_pem_writes_files_curl_uses_against_a_server_that_checks_client_c
     assert r.returncode == 79 and "pem-dev.cert.pem" in r.stderr, r.describe()
     r = controller.cli("enroll", "pem-dev-2.jwt", "--pem", "--force")
     assert r.returncode == 0, r.describe()
+
+
+def test_a_gateway_that_sends_escapes_in_its_service_name_cannot_forge_audit_lines(controller: Controller) -> None:
+    """The real path: an enrolled gateway identity runs `serve` with ESC/CSI/BEL in its service name. The refusal
+    is audited, and `admin audit` shows the name with its escapes visible, on one line."""
+    r = controller.cli("admin", "identity", "create", "gw-esc", "--role", "gateway", "-o", "gw-esc.jwt")
+    assert r.returncode == 0, r.describe()
+    assert controller.cli("enroll", "gw-esc.jwt").returncode == 0
+    hostile = "svc\x1b[2J\x1b[1;1Hadmin  identity.enable  ipad\x07"
+    gateway = ManagedProcess(
+        "gateway-escapes",
+        [str(controller.binary), "serve", "--mode", "ziti", "--identity", "identities/gw-esc.json",
+         "--service", hostile, "--backend", "http://127.0.0.1:9", "--log-level", "info"],
+        controller.log_dir, cwd=controller.root, env=cli_env(),
+    )
+    store = controller.state_dir / "store.sqlite"
+    gateway.start()
+    try:
+        deadline = time.monotonic() + 15
+        while store_rows(store, "action = 'bind.refused' AND actor = 'gw-esc'") == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        gateway.stop()
+    assert store_rows(store, "action = 'bind.refused' AND actor = 'gw-esc'") > 0, gateway.logs()
+    r = controller.cli("admin", "audit", "--since", "15m")
+    assert r.returncode == 0, r.describe()
+    lines = [line for line in r.stdout.splitlines() if "gw-esc" in line and "bind.refused" in line]
+    assert lines, r.stdout
+    for raw in ("\x1b", "\x07", "\r"):
+        assert raw not in r.stdout, f"{raw!r} printed raw"
+    assert "1b" in lines[0] and "identity.enable" in lines[0], lines[0]
