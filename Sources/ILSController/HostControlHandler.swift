@@ -30,6 +30,12 @@ final class HostControlHandler: ChannelInboundHandler {
     /// The event loop the gateway's connection is on, of how many.
     private let link: (loop: Int?, loops: Int)
     private let registration: Registration
+    /// Set once a policy-only link is accepted: from then on the gateway's DATA frames carry `CertificateCheck`s.
+    private var answersChecks = false
+    private var checkBuffer = ByteBuffer()
+
+    /// A policy link's pending question bytes beyond this close the link: a check is about 150 bytes.
+    static let maximumCheckBytes = 64 * 1024
 
     init(
         gateway: IdentityRecord,
@@ -61,7 +67,12 @@ final class HostControlHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .headers(let answer) = unwrapInboundIn(data),
+        let payload = unwrapInboundIn(data)
+        if answersChecks {
+            readChecks(payload, context: context)
+            return
+        }
+        guard case .headers(let answer) = payload,
             let service = answer.headers.first(name: FabricProtocol.serviceHeader)
         else { return }
         let policyOnly = answer.headers.first(name: FabricProtocol.linkPurposeHeader) == FabricProtocol.policyLink
@@ -111,6 +122,7 @@ final class HostControlHandler: ChannelInboundHandler {
         // gateway after the message: a circuit's stream is created on this loop, after this turn, so its head follows
         // the message on the wire, and the gateway knows the policy and which loop it is on before its first circuit
         // (it drops a link that landed on a loop it covers before any circuit).
+        answersChecks = accepted && policyOnly
         if accepted {
             switch registration {
             case .combined(let register):
@@ -126,6 +138,37 @@ final class HostControlHandler: ChannelInboundHandler {
         ).whenComplete { _ in
             if refused { parent?.close(promise: nil) }
         }
+    }
+
+    /// Answers each `CertificateCheck` line of a policy link from the store, as the relay checks each circuit: the
+    /// identity must exist, be active, and the certificate must be its current one.
+    private func readChecks(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
+        guard case .data(let frame) = payload, case .byteBuffer(var bytes) = frame.data else { return }
+        checkBuffer.writeBuffer(&bytes)
+        guard checkBuffer.readableBytes <= Self.maximumCheckBytes else {
+            context.channel.parent?.close(promise: nil)
+            return
+        }
+        var answers = ByteBuffer()
+        while let newline = checkBuffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
+            let line = checkBuffer.readSlice(length: newline - checkBuffer.readerIndex)!
+            checkBuffer.moveReaderIndex(forwardBy: 1)
+            guard let check = try? JSONDecoder().decode(CertificateCheck.self, from: Data(line.readableBytesView))
+            else { continue }
+            let verdict: CertificateVerdict
+            do {
+                _ = try controller.activeIdentity(id: check.id, fingerprint: check.fingerprint)
+                verdict = CertificateVerdict(verdict: check.check, allowed: true)
+            } catch {
+                verdict = CertificateVerdict(verdict: check.check, allowed: false, reason: error.reason)
+            }
+            guard var encoded = try? JSONEncoder().encode(verdict) else { continue }
+            encoded.append(UInt8(ascii: "\n"))
+            answers.writeBytes(encoded)
+        }
+        checkBuffer.discardReadBytes()
+        guard answers.readableBytes > 0 else { return }
+        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(answers)))), promise: nil)
     }
 
     /// Why `service` cannot be a service name (the rules of identity names: 1-64 of `a-z A-Z 0-9 . _ -`, not

@@ -8,3 +8,36 @@ extension FabricProtocol {
     /// The value of `linkPurposeHeader` for a policy-only link.
     public static let policyLink = "policy"
 }
+
+/// A policy link's question about one client's certificate, sent by the gateway on the control stream as a JSON
+/// line when the client connects: is the identity still active, and is this still its current certificate? The
+/// controller answers from its store, as the relay checks every circuit (a deleted identity, or a certificate
+/// replaced by `renew` or `reissue`, is in no block list, but the store knows).
+public struct CertificateCheck: Codable, Sendable {
+    /// Matches the answer to the question.
+    public var check: Int
+    public var id: String
+    /// SHA-256 of the certificate's DER, as `IdentityCertificate.fingerprint`.
+    public var fingerprint: String
+
+    public init(check: Int, id: String, fingerprint: String) {
+        self.check = check
+        self.id = id
+        self.fingerprint = fingerprint
+    }
+}
+
+/// The controller's answer to a `CertificateCheck`, on the same stream.
+public struct CertificateVerdict: Codable, Sendable {
+    /// The `check` it answers.
+    public var verdict: Int
+    public var allowed: Bool
+    /// Why not, when not allowed (a sentence for the client's refusal).
+    public var reason: String?
+
+    public init(verdict: Int, allowed: Bool, reason: String? = nil) {
+        self.verdict = verdict
+        self.allowed = allowed
+        self.reason = reason
+    }
+}

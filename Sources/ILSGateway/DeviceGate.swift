@@ -16,8 +16,9 @@ import NIOTLS
 /// comes from the controller's block list (`GatewayPolicy`, pushed over the control link); the decision is made
 /// per connection, and a connection whose identity is blocked later is closed by the policy (`track`), so a
 /// keep-alive connection from before a revocation carries no further request.
-final class DeviceGate: ChannelInboundHandler, RemovableChannelHandler {
+final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = NIOAny
+    typealias OutboundIn = NIOAny
 
     struct Settings: Sendable {
         let core: ProxyCore
@@ -28,9 +29,20 @@ final class DeviceGate: ChannelInboundHandler, RemovableChannelHandler {
         /// How long a client may take over the handshake before the connection is closed (the proxy's idle timeout
         /// only starts once the proxy is set up).
         let handshakeTimeout: TimeAmount
+        /// Asks the controller about a certificate the local policy admits (`PolicyLink.check`).
+        var check: (@Sendable (IdentityCertificate, any EventLoop) -> EventLoopFuture<PolicyLink.CheckResult>)?
+    }
+
+    private enum State {
+        case handshaking
+        /// The local policy admits `peer`; the controller's answer is awaited. What the client sends meanwhile is
+        /// held (one TLS read burst at most: reads asked for meanwhile are held too), and handed on after.
+        case checking(peer: IdentityCertificate, held: [NIOAny], readPending: Bool)
+        case decided
     }
 
     private let settings: Settings
+    private var state = State.handshaking
     private var deadline: Scheduled<Void>?
 
     init(_ settings: Settings) {
@@ -48,16 +60,76 @@ final class DeviceGate: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard case TLSUserEvent.handshakeCompleted = event else {
+        guard case .handshaking = state, case TLSUserEvent.handshakeCompleted = event else {
             context.fireUserInboundEventTriggered(event)
             return
         }
+        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self)
+            .peerCertificate?.toDERBytes()
+        context.fireUserInboundEventTriggered(event)
+        let decision = Self.decide(certificate: certificate, policy: settings.policy, service: settings.service)
+        guard case .allow(let peer) = decision, let check = settings.check else {
+            finish(decision, context: context)
+            return
+        }
+        state = .checking(peer: peer, held: [], readPending: false)
+        check(peer, context.eventLoop).assumeIsolated().whenSuccess { [self] result in
+            guard case .checking = state, context.channel.isActive else { return }
+            switch result {
+            case .allowed, .unavailable:
+                // Unavailable: the link is down or slow; the local decision (block list, dial policy) stands.
+                finish(.allow(peer), context: context)
+            case .refused(let reason):
+                finish(
+                    .refuse(
+                        ProxyError(status: .forbidden, code: "identity_blocked", reason: Self.sentence(reason)),
+                        identity: peer.name
+                    ),
+                    context: context
+                )
+            }
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .checking(let peer, var held, let readPending) = state else {
+            context.fireChannelRead(data)
+            return
+        }
+        held.append(data)
+        state = .checking(peer: peer, held: held, readPending: readPending)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if case .checking = state { return }
+        context.fireChannelReadComplete()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        guard case .checking(let peer, let held, _) = state else {
+            context.read()
+            return
+        }
+        state = .checking(peer: peer, held: held, readPending: true)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A failed handshake (no certificate, another CA): NIOSSL has answered with an alert; nothing was proxied.
+        settings.logger.debug("TLS handshake failed", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    /// Sets up the rest of the pipeline for `decision`, hands on what was held, and leaves.
+    private func finish(_ decision: Decision, context: ChannelHandlerContext) {
         deadline?.cancel()
         deadline = nil
+        var held: [NIOAny] = []
+        var readPending = false
+        if case .checking(_, let waiting, let pending) = state { (held, readPending) = (waiting, pending) }
+        state = .decided
         let pipeline = context.pipeline.syncOperations
-        let certificate = try? pipeline.handler(type: NIOSSLServerHandler.self).peerCertificate?.toDERBytes()
         do {
-            switch Self.decide(certificate: certificate, policy: settings.policy, service: settings.service) {
+            switch decision {
             case .allow(let peer):
                 settings.policy.track(context.channel, identityID: peer.id)
                 try settings.core.configureClientPipeline(
@@ -84,14 +156,16 @@ final class DeviceGate: ChannelInboundHandler, RemovableChannelHandler {
             context.close(promise: nil)
             return
         }
-        context.fireUserInboundEventTriggered(event)
+        for data in held { context.fireChannelRead(data) }
+        if !held.isEmpty { context.fireChannelReadComplete() }
+        if readPending { context.read() }
         pipeline.removeHandler(context: context, promise: nil)
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A failed handshake (no certificate, another CA): NIOSSL has answered with an alert; nothing was proxied.
-        settings.logger.debug("TLS handshake failed", metadata: ["error": "\(error)"])
-        context.close(promise: nil)
+    /// The controller's reason as a sentence for the client.
+    private static func sentence(_ reason: String) -> String {
+        let text = reason.prefix(1).uppercased() + reason.dropFirst()
+        return text.hasSuffix(".") ? text : text + "."
     }
 
     enum Decision {

@@ -26,6 +26,8 @@ public struct HTTPModeConfiguration: Sendable {
         /// every request is refused with 503 `policy_unavailable` until the link is back. It bounds how late a
         /// revocation made meanwhile can take effect here, while a controller restart does not stop the service.
         public var policyGrace: TimeSpan = .seconds(60)
+        /// How the policy link notices a controller that is gone without a word (a NAT mapping dropped).
+        public var keepalive: FabricKeepalive = .standard
 
         public init(identity: IdentityFile, service: String) {
             self.identity = identity

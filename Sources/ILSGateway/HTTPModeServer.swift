@@ -1,4 +1,5 @@
 public import ILSCore
+import ILSCrypto
 import ILSFabric
 import ILSProxy
 public import Logging
@@ -51,6 +52,7 @@ public final class HTTPModeServer: Service, Sendable {
                 service: devices.service,
                 policy: policy,
                 grace: devices.policyGrace.timeAmountValue,
+                keepalive: devices.keepalive,
                 logger: logger
             )
             self.tlsContext = try TLSServerContext.make(files, clientCA: devices.identity.caCertificate)
@@ -80,14 +82,19 @@ public final class HTTPModeServer: Service, Sendable {
         let children = self.children
         let scheme: ClientContext.Scheme = tlsContext == nil ? .http : .https
         let hstsMaxAge = tlsContext == nil ? nil : configuration.hstsMaxAge.map { $0.nanoseconds / 1_000_000_000 }
-        let gate = policy.map { policy in
+        var check: (@Sendable (IdentityCertificate, any EventLoop) -> EventLoopFuture<PolicyLink.CheckResult>)?
+        if let link {
+            check = { @Sendable peer, eventLoop in link.check(peer, on: eventLoop) }
+        }
+        let gate = policy.map { policy -> DeviceGate.Settings in
             DeviceGate.Settings(
                 core: core,
                 policy: policy,
                 service: configuration.devices?.service ?? "",
                 hstsMaxAge: hstsMaxAge,
                 logger: logger,
-                handshakeTimeout: configuration.proxy.clientIdleTimeout.timeAmountValue
+                handshakeTimeout: configuration.proxy.clientIdleTimeout.timeAmountValue,
+                check: check
             )
         }
         let bootstrap = ServerBootstrap(group: group)

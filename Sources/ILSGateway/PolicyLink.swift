@@ -1,8 +1,11 @@
+import Foundation
 import ILSCore
+import ILSCrypto
 import ILSFabric
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP2
 import NIOPosix
 
 /// HTTP mode's control link: one mTLS connection to the controller with the gateway's own identity (`ils-host/1`,
@@ -19,7 +22,23 @@ import NIOPosix
 /// anyway), an HTTP-mode gateway serves on its own: forgetting at once would make every controller restart an
 /// outage, and never forgetting would let a device revoked during a long outage in indefinitely. The grace is the
 /// bound on how late such a revocation can take effect here.
+///
+/// Each client's certificate is also checked with the controller when it connects (`check`): a deleted identity, or
+/// a certificate replaced by `renew` or `reissue`, is in no block list, but the controller's store knows. While the
+/// link is down, or the controller does not answer within `checkTimeout`, the local decision (block list and dial
+/// policy) stands alone.
 final class PolicyLink: Sendable {
+    /// What the controller said about a client's certificate.
+    enum CheckResult: Sendable, Equatable {
+        case allowed
+        case refused(reason: String)
+        /// No answer: the link is down or the controller is slow.
+        case unavailable
+    }
+
+    /// How long a client's connection waits for the controller's answer before the local decision stands alone.
+    static let checkTimeout: TimeAmount = .seconds(3)
+
     private enum Outcome {
         case bound
         case refused(reason: String, code: String?)
@@ -31,6 +50,10 @@ final class PolicyLink: Sendable {
         var stopped = false
         var graceTimer: Scheduled<Void>?
         var lastProblem: String?
+        /// The control stream of the bound link, on which certificate checks go.
+        var control: (any Channel)?
+        var nextCheck = 0
+        var checks: [Int: EventLoopPromise<CheckResult>] = [:]
     }
 
     private let connector: FabricConnector
@@ -86,10 +109,14 @@ final class PolicyLink: Sendable {
                 }
                 if stopped { channel.close(promise: nil) }
                 try? await channel.closeFuture.get()
-                let outcome = state.withLockedValue { state -> Outcome? in
+                let (outcome, unanswered) = state.withLockedValue {
+                    state -> (Outcome?, [EventLoopPromise<CheckResult>]) in
                     state.channel = nil
-                    return state.outcome
+                    state.control = nil
+                    defer { state.checks = [:] }
+                    return (state.outcome, Array(state.checks.values))
                 }
+                for promise in unanswered { promise.succeed(.unavailable) }
                 GatewayMetrics.connected.record(0)
                 linkLost()
                 if self.stopped { break }
@@ -123,6 +150,43 @@ final class PolicyLink: Sendable {
         }
         timer?.cancel()
         channel?.close(promise: nil)
+    }
+
+    /// Asks the controller whether `peer`'s certificate is its identity's current one and the identity active. The
+    /// future completes on `eventLoop`, with `.unavailable` at once when the link is not bound.
+    func check(_ peer: IdentityCertificate, on eventLoop: any EventLoop) -> EventLoopFuture<CheckResult> {
+        let promise = eventLoop.makePromise(of: CheckResult.self)
+        let asked = state.withLockedValue { state -> (Int, any Channel)? in
+            guard let control = state.control, case .bound? = state.outcome else { return nil }
+            state.nextCheck += 1
+            state.checks[state.nextCheck] = promise
+            return (state.nextCheck, control)
+        }
+        guard let (number, control) = asked,
+            var line = try? JSONEncoder().encode(
+                CertificateCheck(check: number, id: peer.id, fingerprint: peer.fingerprint)
+            )
+        else {
+            promise.succeed(.unavailable)
+            return promise.futureResult
+        }
+        line.append(UInt8(ascii: "\n"))
+        let timeout = eventLoop.scheduleTask(in: Self.checkTimeout) { [state] in
+            state.withLockedValue { $0.checks.removeValue(forKey: number) }?.succeed(.unavailable)
+        }
+        promise.futureResult.whenComplete { _ in timeout.cancel() }
+        control.writeAndFlush(
+            HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line)))),
+            promise: nil
+        )
+        return promise.futureResult
+    }
+
+    private func answer(_ verdict: CertificateVerdict) {
+        let promise = state.withLockedValue { $0.checks.removeValue(forKey: verdict.verdict) }
+        promise?.succeed(
+            verdict.allowed ? .allowed : .refused(reason: verdict.reason ?? "this identity certificate is not valid")
+        )
     }
 
     /// Logs a problem at warning once, until it changes or the link is bound again.
@@ -195,9 +259,14 @@ final class PolicyLink: Sendable {
                     logger.warning("the controller stopped answering keepalives; reconnecting the policy link")
                 }
             ) {
-                PolicyLinkRouter(service: service) { message, connection in
-                    link?.apply(message, connection: connection)
-                }
+                PolicyLinkRouter(
+                    service: service,
+                    events: .init(
+                        onControlStream: { stream in link?.state.withLockedValue { $0.control = stream } },
+                        onMessage: { message, connection in link?.apply(message, connection: connection) },
+                        onVerdict: { verdict in link?.answer(verdict) }
+                    )
+                )
             }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { error in

@@ -8,7 +8,8 @@ import NIOHTTP2
 /// The first handler of every stream the controller opens on an HTTP-mode gateway's policy link. The control stream
 /// (`GET /ils/v1/host`) is answered with the service and `ils-link: policy` (so the controller never registers the
 /// link for circuits), and then carries the policy and block list as JSON lines. Any other stream is refused: this
-/// link hosts nothing.
+/// link hosts nothing. The gateway asks the controller about each client's certificate on the same stream
+/// (`CertificateCheck` lines out, `CertificateVerdict` lines back).
 final class PolicyLinkRouter: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame.FramePayload
     typealias OutboundOut = HTTP2Frame.FramePayload
@@ -17,14 +18,23 @@ final class PolicyLinkRouter: ChannelInboundHandler {
     /// smaller (a thousand ids is about 40 KiB).
     static let maximumMessageBytes = 4 * 1024 * 1024
 
+    /// What the router passes on to its link.
+    struct Events: Sendable {
+        /// The control stream is open: certificate checks are written on it.
+        var onControlStream: @Sendable (any Channel) -> Void
+        /// A policy message, with the link's connection.
+        var onMessage: @Sendable (HostControlMessage, _ connection: (any Channel)?) -> Void
+        var onVerdict: @Sendable (CertificateVerdict) -> Void
+    }
+
     private let service: String
-    private let onMessage: @Sendable (HostControlMessage, _ connection: (any Channel)?) -> Void
+    private let events: Events
     private var isControl = false
     private var buffer = ByteBuffer()
 
-    init(service: String, onMessage: @escaping @Sendable (HostControlMessage, (any Channel)?) -> Void) {
+    init(service: String, events: Events) {
         self.service = service
-        self.onMessage = onMessage
+        self.events = events
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -51,6 +61,7 @@ final class PolicyLinkRouter: ChannelInboundHandler {
             (FabricProtocol.linkPurposeHeader, FabricProtocol.policyLink),
         ])
         context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
+        events.onControlStream(context.channel)
     }
 
     private func readControl(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
@@ -63,9 +74,14 @@ final class PolicyLinkRouter: ChannelInboundHandler {
         while let newline = buffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
             let line = buffer.readSlice(length: newline - buffer.readerIndex)!
             buffer.moveReaderIndex(forwardBy: 1)
-            guard let message = try? JSONDecoder().decode(HostControlMessage.self, from: Data(line.readableBytesView))
-            else { continue }
-            onMessage(message, context.channel.parent)
+            let json = Data(line.readableBytesView)
+            // A verdict has keys a policy message never has; every key of a policy message is optional, so the
+            // verdict is tried first.
+            if let verdict = try? JSONDecoder().decode(CertificateVerdict.self, from: json) {
+                events.onVerdict(verdict)
+            } else if let message = try? JSONDecoder().decode(HostControlMessage.self, from: json) {
+                events.onMessage(message, context.channel.parent)
+            }
         }
         buffer.discardReadBytes()
     }

@@ -66,6 +66,52 @@ struct HostControlPolicyLinkTests {
         #expect(!outcome.endStream)
     }
 
+    @Test("a policy-only link's certificate checks are answered from the store; a hosting link's are ignored")
+    func certificateChecks() throws {
+        let (state, directory) = try temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let admin = try #require(try state.store.identities().first { $0.role == .admin })
+        for policyOnly in [true, false] {
+            let channel = EmbeddedChannel()
+            try channel.pipeline.syncOperations.addHandler(
+                HostControlHandler(
+                    gateway: gatewayRecord(),
+                    controller: Controller(state: state),
+                    link: (0, 1),
+                    registration: .separate(subscribe: {}, host: { _ in })
+                )
+            )
+            var headers: HPACKHeaders = [":status": "200", FabricProtocol.serviceHeader: "claude-api"]
+            if policyOnly { headers.add(name: FabricProtocol.linkPurposeHeader, value: FabricProtocol.policyLink) }
+            try channel.writeInbound(HTTP2Frame.FramePayload.headers(.init(headers: headers)))
+            while try channel.readOutbound(as: HTTP2Frame.FramePayload.self) != nil {}
+            let checks = [
+                CertificateCheck(check: 1, id: admin.id, fingerprint: admin.certificateFingerprint ?? ""),
+                CertificateCheck(check: 2, id: admin.id, fingerprint: "replaced"),
+                CertificateCheck(check: 3, id: "no-such-id", fingerprint: "x"),
+            ]
+            var lines = ""
+            for check in checks { lines += String(decoding: try JSONEncoder().encode(check), as: UTF8.self) + "\n" }
+            try channel.writeInbound(
+                HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(string: lines))))
+            )
+            var verdicts: [CertificateVerdict] = []
+            while let payload = try channel.readOutbound(as: HTTP2Frame.FramePayload.self) {
+                guard case .data(let data) = payload, case .byteBuffer(let body) = data.data else { continue }
+                for line in String(buffer: body).split(separator: "\n") {
+                    verdicts.append(try JSONDecoder().decode(CertificateVerdict.self, from: Data(line.utf8)))
+                }
+            }
+            if policyOnly {
+                #expect(verdicts.map(\.verdict) == [1, 2, 3])
+                #expect(verdicts.map(\.allowed) == [admin.certificateFingerprint != nil, false, false])
+            } else {
+                #expect(verdicts.isEmpty)
+            }
+            _ = try? channel.finish()
+        }
+    }
+
     @Test("a hosting link is registered for pushes and circuits, as before")
     func hosting() throws {
         let (state, directory) = try temporaryControllerState()

@@ -180,6 +180,46 @@ struct HTTPModeDeviceTests {
         }
     }
 
+    /// Neither is in any block list: a deleted identity is gone from the store, and a replaced certificate's identity
+    /// is active. Only the controller's store knows, so each connection's certificate is checked with it.
+    @Test(
+        "a deleted device and a replaced certificate are refused with identity_blocked, and nothing reaches the backend",
+        arguments: ["deleted", "reissued"]
+    )
+    func notCurrent(change: String) async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let old = try await fixture.cluster.enroll("laptop", role: .device)
+            let before = try await fixture.connect(as: old)
+            try await before.sendRequest("GET", "/health")
+            #expect(try await before.readHead().status == 200)
+            await before.close()
+            let admin = try fixture.cluster.admin()
+            if change == "deleted" {
+                let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/identities/laptop")
+            } else {
+                let token: ControllerAPI.TokenResponse = try await admin.call(
+                    .POST,
+                    "/v1/admin/identities/laptop/reissue",
+                    body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
+                )
+                _ = try await Enrollment.enroll(
+                    token: token.token,
+                    outputPath: "\(fixture.cluster.directory)/identities/laptop-new.json",
+                    force: true
+                )
+            }
+            let accepted = fixture.backend.record.connectionsAccepted
+            let connection = try await fixture.connect(as: old)
+            try await connection.sendRequest("GET", "/health")
+            let head = try await connection.readHead()
+            #expect(head.status == 403)
+            let body = String(buffer: try await connection.readBody())
+            #expect(body.contains("\"code\":\"identity_blocked\""))
+            #expect(body.contains("no longer valid"))
+            #expect(fixture.backend.record.connectionsAccepted == accepted)
+        }
+    }
+
     @Test("with the controller gone, the last policy holds for the grace, then every request gets 503")
     func controllerGone() async throws {
         try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = .seconds(2) }) { fixture in

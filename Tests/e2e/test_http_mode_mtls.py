@@ -96,9 +96,9 @@ def mtls(controller: Controller, certs: Certs) -> Iterator[MTLS]:
     gateway: Optional[ManagedProcess] = None
     try:
         for name, role in (("web", "gateway"), ("laptop", "device"), ("phone", "device"), ("tablet", "device"),
-                           ("ops", "admin")):
+                           ("kiosk", "device"), ("ops", "admin")):
             enroll(controller, name, role)
-        pems = {name: pem_files(controller, name) for name in ("laptop", "phone", "tablet", "ops")}
+        pems = {name: pem_files(controller, name) for name in ("laptop", "phone", "tablet", "kiosk", "ops")}
         ids = {
             name: json.loads((controller.root / "identities" / f"{name}.json").read_text())["identity"]["id"]
             for name in pems
@@ -260,6 +260,20 @@ def test_revoked_device_is_cut_and_refused(mtls: MTLS) -> None:
     assert body["code"] == "identity_blocked", body
     assert not backend_saw(mtls.backend, marker)
     assert "client refused" in mtls.gateway.full_log()
+
+
+def test_deleted_device_is_refused(mtls: MTLS) -> None:
+    """A deleted identity is in no block list; the gateway asks the controller about each connection's certificate."""
+    with mtls.client("kiosk") as c:
+        assert c.get("/health").status_code == 200
+    r = mtls.controller.cli("admin", "identity", "delete", "kiosk")
+    assert r.returncode == 0, r.describe()
+    marker = uuid.uuid4().hex
+    with mtls.client("kiosk") as c:
+        r = c.get(f"/debug/headers?probe={marker}")
+    body = assert_gateway_error(r, 403)
+    assert body["code"] == "identity_blocked", body
+    assert not backend_saw(mtls.backend, marker)
 
 
 def test_open_http_mode_warns_at_startup(controller: Controller, certs: Certs) -> None:
