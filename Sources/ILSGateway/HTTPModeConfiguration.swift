@@ -1,3 +1,4 @@
+public import Foundation
 public import ILSCore
 public import ILSFabric
 public import ILSProxy
@@ -20,6 +21,12 @@ public struct HTTPModeConfiguration: Sendable {
         /// The gateway's own enrolled identity: its CA verifies the clients' certificates, and its certificate
         /// authenticates the control link over which the controller sends the service's policy and block list.
         public var identity: IdentityFile
+        /// Where `identity` was read from, so the gateway renews its certificate itself before it expires; `nil`
+        /// leaves that to `ils-gateway renew` and a restart.
+        public var identityPath: String?
+        /// How often the certificate is checked for renewal, and the clock it is checked against (tests).
+        package var renewalCheck: Duration = .seconds(6 * 3600)
+        package var now: @Sendable () -> Date = { Date() }
         /// The service whose dial policy applies (the controller checks this gateway may host it).
         public var service: String
         /// How long the last policy from the controller stays in force while the control link is down; after that

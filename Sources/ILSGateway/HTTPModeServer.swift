@@ -51,6 +51,9 @@ public final class HTTPModeServer: Service, Sendable {
                 identity: devices.identity,
                 service: devices.service,
                 policy: policy,
+                identityPath: devices.identityPath,
+                renewalCheck: devices.renewalCheck,
+                now: devices.now,
                 grace: devices.policyGrace.timeAmountValue,
                 keepalive: devices.keepalive,
                 logger: logger

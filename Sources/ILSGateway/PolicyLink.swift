@@ -1,4 +1,5 @@
 import Foundation
+import ILSClient
 import ILSCore
 import ILSCrypto
 import ILSFabric
@@ -56,7 +57,13 @@ final class PolicyLink: Sendable {
         var checks: [Int: EventLoopPromise<CheckResult>] = [:]
     }
 
-    private let connector: FabricConnector
+    /// The identity in use and its connector: replaced when the certificate is renewed.
+    private let identity: NIOLockedValueBox<(file: IdentityFile, connector: FabricConnector)>
+    /// Where the identity file lives, for renewal; `nil` leaves renewal to `ils-gateway renew` and a restart.
+    private let identityPath: String?
+    private let renewalCheck: Duration
+    private let now: @Sendable () -> Date
+    private var connector: FabricConnector { identity.withLockedValue { $0.connector } }
     private let service: String
     private let policy: GatewayPolicy
     private let grace: TimeAmount
@@ -69,6 +76,9 @@ final class PolicyLink: Sendable {
         identity: IdentityFile,
         service: String,
         policy: GatewayPolicy,
+        identityPath: String? = nil,
+        renewalCheck: Duration = .seconds(6 * 3600),
+        now: @escaping @Sendable () -> Date = { Date() },
         grace: TimeAmount,
         keepalive: FabricKeepalive = .standard,
         logger: Logger
@@ -80,7 +90,12 @@ final class PolicyLink: Sendable {
                     + "client certificates needs a gateway identity"
             )
         }
-        self.connector = try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN)
+        self.identity = NIOLockedValueBox(
+            (identity, try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN))
+        )
+        self.identityPath = identityPath
+        self.renewalCheck = renewalCheck
+        self.now = now
         self.service = service
         self.policy = policy
         self.grace = grace
@@ -94,8 +109,41 @@ final class PolicyLink: Sendable {
 
     private var stopped: Bool { state.withLockedValue { $0.stopped } }
 
-    /// Keeps the link up until `stop`.
+    /// Keeps the link up until `stop`, and the gateway's certificate renewed.
     func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.renewalLoop() }
+            await connectLoop()
+            group.cancelAll()
+        }
+    }
+
+    /// Every `renewalCheck` (6 h, as an overlay gateway), renews the gateway's certificate when it is due (30 days
+    /// before it expires) and links again with the new one. Without it the link would fail once the certificate expired, and after the grace every request would be
+    /// refused. The link carries no client traffic, so re-linking cuts nothing; clients' certificates are checked
+    /// against the CA, which renewal does not change.
+    private func renewalLoop() async {
+        guard let identityPath else { return }
+        while !stopped {
+            do {
+                try await Task.sleep(for: renewalCheck)
+            } catch {
+                return
+            }
+            guard Renewal.isDue(identity.withLockedValue({ $0.file }), now: now()) else { continue }
+            do {
+                let renewed = try await Renewal.renew(path: identityPath)
+                let connector = try FabricConnector(identity: renewed, alpn: FabricProtocol.hostALPN)
+                identity.withLockedValue { $0 = (renewed, connector) }
+                logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
+                state.withLockedValue { $0.channel }?.close(promise: nil)
+            } catch {
+                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            }
+        }
+    }
+
+    private func connectLoop() async {
         var backoff = Backoff()
         var identityRefusalBackoff = Backoff(initial: .seconds(30), maximum: .seconds(300))
         var serviceRefusalBackoff = Backoff(initial: .seconds(5), maximum: .seconds(60))

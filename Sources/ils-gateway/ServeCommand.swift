@@ -273,6 +273,7 @@ struct ServeCommand: AsyncParsableCommand {
                 identity: file,
                 service: layers.string(.service, flag: service) ?? "claude-api"
             )
+            devices.identityPath = path
             devices.policyGrace = try positive(.policyGrace, policyGrace, "60s", layers)
             logger.info(
                 "clients need an active device identity's certificate",

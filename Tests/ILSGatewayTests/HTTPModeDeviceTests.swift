@@ -5,6 +5,7 @@ import ILSGateway
 import ILSProxy
 import ILSTesting
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
 import Testing
@@ -32,6 +33,7 @@ struct HTTPModeDeviceFixture {
             proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
         )
         configuration.devices = .init(identity: gatewayIdentity, service: "claude-api")
+        configuration.devices?.identityPath = "\(cluster.directory)/identities/web.json"
         configuration.drainTimeout = .seconds(2)
         configure(&configuration)
         let server = try HTTPModeServer(
@@ -217,6 +219,44 @@ struct HTTPModeDeviceTests {
             #expect(body.contains("\"code\":\"identity_blocked\""))
             #expect(body.contains("no longer valid"))
             #expect(fixture.backend.record.connectionsAccepted == accepted)
+        }
+    }
+
+    /// A gateway certificate is good for 90 days: without renewal the policy link would fail once it expired and,
+    /// after the grace, every client would be refused.
+    @Test("the gateway renews its certificate when due and links again with the new one; devices still get in")
+    func renewsItsCertificate() async throws {
+        // The first check sees a clock 80 days ahead (the certificate is due); later ones the real time.
+        let ahead = NIOLockedValueBox(true)
+        try await HTTPModeDeviceFixture.with(configure: {
+            $0.devices?.renewalCheck = .milliseconds(100)
+            $0.devices?.now = {
+                ahead.withLockedValue { first in
+                    defer { first = false }
+                    return first
+                } ? Date().addingTimeInterval(80 * 86400) : Date()
+            }
+        }) { fixture in
+            let path = "\(fixture.cluster.directory)/identities/web.json"
+            let original = try IdentityFileIO.read(path).certificate
+            #expect(
+                await TestCluster.eventually(.seconds(10)) {
+                    (try? IdentityFileIO.read(path).certificate) != original
+                },
+                "the identity file was never renewed"
+            )
+            let renewed = try IdentityFileIO.read(path)
+            // The controller now knows only the new certificate; the link is bound with it and the policy holds.
+            #expect(
+                await TestCluster.eventually(.seconds(10)) {
+                    let stored = try? fixture.cluster.state.store.identity(named: "web")?.certificateFingerprint
+                    return stored == renewed.identity.certificateFingerprint && fixture.server.isReady
+                }
+            )
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            let connection = try await fixture.connect(as: laptop)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
         }
     }
 
