@@ -136,8 +136,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.proxy.accessLog = try logOptions.accessLog(label: logger.label, layers: layers)
         configuration.devices = try await deviceAuthentication(layers: layers, tls: configuration.tls != nil, logger)
         let server = try HTTPModeServer(configuration: configuration, logger: logger)
-        if let metrics {
         let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { server.isReady })
+        if let metrics {
             try await runUntilSignalled(server, metrics, logger: logger)
         } else {
             try await runUntilSignalled(server, logger: logger)
@@ -221,8 +221,6 @@ struct ServeCommand: AsyncParsableCommand {
         let proxy = try proxyConfiguration(layers: layers)
         var configuration = HTTPModeConfiguration(listen: listenAddress, tls: tls, proxy: proxy)
         configuration.drainTimeout = try TimeSpan(parsing: layers.string(.drainTimeout, flag: drainTimeout) ?? "30s")
-        configuration.connectionLimits = try .resolve(
-            total: connectionLimitOptions.maxConnections,
         if let text = layers.string(.hstsMaxAge, flag: hstsMaxAge) {
             guard tls != nil else {
                 throw ILSError(.invalidArgument, "--hsts-max-age needs TLS: browsers ignore the header over plain HTTP")
@@ -230,6 +228,8 @@ struct ServeCommand: AsyncParsableCommand {
             // 0 is allowed: it tells browsers to forget an earlier policy (RFC 6797 §6.1.1).
             configuration.hstsMaxAge = try TimeSpan(parsing: text)
         }
+        configuration.connectionLimits = try .resolve(
+            total: connectionLimitOptions.maxConnections,
             perSource: connectionLimitOptions.maxConnectionsPerSource,
             layers: layers,
             defaults: HTTPModeConfiguration.defaultConnectionLimits
@@ -237,8 +237,6 @@ struct ServeCommand: AsyncParsableCommand {
         return configuration
     }
 
-    /// A timeout from its flag, the file or `fallback`, which must be longer than zero.
-    private func positive(
     /// HTTP mode's client authentication: with a gateway identity, client certificates of active devices from its
     /// controller (the default); without one, or with `--client-auth none`, anyone who reaches the port, which is
     /// said at startup as a warning.
@@ -283,6 +281,8 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
+    /// A timeout from its flag, the file or `fallback`, which must be longer than zero.
+    private func positive(
         _ key: ConfigKey,
         _ flag: String?,
         _ fallback: String,
