@@ -24,7 +24,7 @@ struct RenewCommand: AsyncParsableCommand {
     func run() async throws {
         let path = identity ?? ProcessEnvironment()["ILS_IDENTITY"] ?? "identities/admin.json"
         let file = force ? try await Renewal.renew(path: path) : try await Renewal.renewIfDue(path: path)
-        print("\(file.identity.name): certificate valid until \(formatTimeOfCertificate(file))")
+        say("\(file.identity.name): certificate valid until \(formatTimeOfCertificate(file))")
     }
 }
 
