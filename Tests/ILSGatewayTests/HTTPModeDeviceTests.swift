@@ -260,6 +260,25 @@ struct HTTPModeDeviceTests {
         }
     }
 
+    /// The policy link says `ils-link: policy`; the controller must then register it for pushes only. Disabled until
+    /// `ControllerOverlay` builds its `HostControlHandler` with `.separate` registration (today `.combined`: the
+    /// relay tries the link, which refuses the circuit with 404 `not_hosting`, and the device gets 502
+    /// `gateway_failed` instead of 503 `service_unavailable`).
+    @Test(
+        "an overlay device's circuit is never routed to an HTTP-mode gateway's policy link",
+        .disabled("needs ControllerOverlay to register links with HostControlHandler.Registration.separate")
+    )
+    func policyLinkHostsNoCircuits() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let connection = try await TestHTTPConnection(port: fixture.cluster.tunnelPort)
+            try await connection.sendRequest("GET", "/health")
+            let head = try await connection.readHead()
+            #expect(head.status == 503)
+            #expect(String(buffer: try await connection.readBody()).contains("service_unavailable"))
+            #expect(fixture.backend.record.connectionsAccepted == 0)
+        }
+    }
+
     @Test("with the controller gone, the last policy holds for the grace, then every request gets 503")
     func controllerGone() async throws {
         try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = .seconds(2) }) { fixture in
