@@ -1,0 +1,62 @@
+import ILSCore
+import ILSFabric
+import ILSGateway
+import ILSTesting
+import NIOConcurrencyHelpers
+import NIOCore
+import Testing
+
+@Suite("HTTP mode's connection caps")
+struct ConnectionLimitTests {
+    @Test(
+        "beyond a cap a client connection is closed at accept and the backend hears nothing; a slot frees on close",
+        arguments: [
+            ConnectionLimiter.Limits(total: 100, perSource: 3),
+            ConnectionLimiter.Limits(total: 3, perSource: 100),
+        ]
+    )
+    func capsRefuseAtAccept(limits: ConnectionLimiter.Limits) async throws {
+        try await ProxyFixture.with(tls: true, configure: { $0.connectionLimits = limits }) { fixture in
+            var held: [TestHTTPConnection] = []
+            for _ in 0..<3 {
+                let connection = try await fixture.connect()
+                try await connection.sendRequest("GET", "/health")
+                #expect(try await connection.readHead().status == 200)
+                _ = try await connection.drainBody()
+                held.append(connection)
+            }
+            let backendConnections = fixture.backend.record.connectionsAccepted
+            for _ in 0..<3 {
+                // Plain TCP: a refused connection is closed before TLS, so not even a ServerHello comes back.
+                let refused = try await TestHTTPConnection(port: fixture.gatewayPort)
+                try? await refused.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                let gaveUp = NIOLockedValueBox(false)
+                let timer = Task {
+                    try await Task.sleep(for: .seconds(10) * Int(TestTiming.scale))
+                    gaveUp.withLockedValue { $0 = true }
+                    await refused.close()
+                }
+                let bytes = (try? await refused.readUntilClosed())?.readableBytes ?? 0
+                timer.cancel()
+                #expect(bytes == 0 && !gaveUp.withLockedValue { $0 }, "a connection beyond the cap was served")
+            }
+            #expect(fixture.backend.record.connectionsAccepted == backendConnections)
+            // The held keep-alive connections still serve.
+            try await held[0].sendRequest("GET", "/health")
+            #expect(try await held[0].readHead().status == 200)
+            _ = try await held[0].drainBody()
+            await held.removeLast().close()
+            var served = false
+            for _ in 0..<100 where !served {
+                if let connection = try? await fixture.connect() {
+                    try? await connection.sendRequest("GET", "/health")
+                    served = (try? await connection.readHead().status) == 200
+                    await connection.close()
+                }
+                if !served { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(served, "no client was served after a held connection closed")
+            for connection in held { await connection.close() }
+        }
+    }
+}
