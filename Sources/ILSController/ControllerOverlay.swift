@@ -150,18 +150,26 @@ struct ControllerOverlay: Sendable {
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(
-                    HostControlHandler(gateway: gateway, controller: controller, link: link) { service in
-                        live.addControlStream(stream)
-                        relay.register(
-                            Relay.Host(
-                                key: ObjectIdentifier(channel),
-                                identity: gateway,
-                                channel: channel,
-                                multiplexer: multiplexer
-                            ),
-                            service: service
+                    HostControlHandler(
+                        gateway: gateway,
+                        controller: controller,
+                        link: link,
+                        // A policy-only link (an HTTP-mode gateway's) gets the pushes but never a circuit.
+                        registration: .separate(
+                            subscribe: { live.addControlStream(stream) },
+                            host: { service in
+                                relay.register(
+                                    Relay.Host(
+                                        key: ObjectIdentifier(channel),
+                                        identity: gateway,
+                                        channel: channel,
+                                        multiplexer: multiplexer
+                                    ),
+                                    service: service
+                                )
+                            }
                         )
-                    }
+                    )
                 )
             }
         }.whenFailure { _ in channel.close(promise: nil) }

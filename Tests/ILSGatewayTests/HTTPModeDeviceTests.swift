@@ -260,14 +260,10 @@ struct HTTPModeDeviceTests {
         }
     }
 
-    /// The policy link says `ils-link: policy`; the controller must then register it for pushes only. Disabled until
-    /// `ControllerOverlay` builds its `HostControlHandler` with `.separate` registration (today `.combined`: the
-    /// relay tries the link, which refuses the circuit with 404 `not_hosting`, and the device gets 502
+    /// The policy link says `ils-link: policy`; the controller registers it for pushes only (with `.combined` the
+    /// relay tried the link, which refused the circuit with 404 `not_hosting`, and the device got 502
     /// `gateway_failed` instead of 503 `service_unavailable`).
-    @Test(
-        "an overlay device's circuit is never routed to an HTTP-mode gateway's policy link",
-        .disabled("needs ControllerOverlay to register links with HostControlHandler.Registration.separate")
-    )
+    @Test("an overlay device's circuit is never routed to an HTTP-mode gateway's policy link")
     func policyLinkHostsNoCircuits() async throws {
         try await HTTPModeDeviceFixture.with { fixture in
             let connection = try await TestHTTPConnection(port: fixture.cluster.tunnelPort)
