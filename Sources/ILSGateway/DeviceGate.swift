@@ -77,8 +77,20 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             guard case .checking = state, context.channel.isActive else { return }
             switch result {
             case .allowed, .unavailable:
-                // Unavailable: the link is down or slow; the local decision (block list, dial policy) stands.
+                // Unavailable: no link; the local decision (block list, dial policy) stands, within the grace.
                 finish(.allow(peer), context: context)
+            case .noAnswer:
+                finish(
+                    .refuse(
+                        ProxyError(
+                            status: .serviceUnavailable,
+                            code: "policy_unavailable",
+                            reason: "The controller did not answer in time; retry shortly."
+                        ),
+                        identity: peer.name
+                    ),
+                    context: context
+                )
             case .refused(let reason):
                 finish(
                     .refuse(

@@ -26,19 +26,22 @@ import NIOPosix
 ///
 /// Each client's certificate is also checked with the controller when it connects (`check`): a deleted identity, or
 /// a certificate replaced by `renew` or `reissue`, is in no block list, but the controller's store knows. While the
-/// link is down, or the controller does not answer within `checkTimeout`, the local decision (block list and dial
-/// policy) stands alone.
+/// link is down the local decision (block list and dial policy) stands alone; a controller that is linked but does
+/// not answer within `checkTimeout` gets the client refused for now (503), not admitted unchecked: a slow
+/// controller must not open the door that a reachable one would keep shut.
 final class PolicyLink: Sendable {
     /// What the controller said about a client's certificate.
     enum CheckResult: Sendable, Equatable {
         case allowed
         case refused(reason: String)
-        /// No answer: the link is down or the controller is slow.
+        /// No link to ask over: the local decision stands.
         case unavailable
+        /// Asked, but no answer within `checkTimeout`.
+        case noAnswer
     }
 
     /// How long a client's connection waits for the controller's answer before the local decision stands alone.
-    static let checkTimeout: TimeAmount = .seconds(3)
+    static let checkTimeout: TimeAmount = .seconds(5)
 
     private enum Outcome {
         case bound
@@ -220,7 +223,7 @@ final class PolicyLink: Sendable {
         }
         line.append(UInt8(ascii: "\n"))
         let timeout = eventLoop.scheduleTask(in: Self.checkTimeout) { [state] in
-            state.withLockedValue { $0.checks.removeValue(forKey: number) }?.succeed(.unavailable)
+            state.withLockedValue { $0.checks.removeValue(forKey: number) }?.succeed(.noAnswer)
         }
         promise.futureResult.whenComplete { _ in timeout.cancel() }
         control.writeAndFlush(
@@ -295,8 +298,20 @@ final class PolicyLink: Sendable {
         }
     }
 
+    /// The handler of each stream the controller opens on a link, wired to this link (weakly: a link that is gone
+    /// leaves its streams nothing to do).
+    func router() -> PolicyLinkRouter {
+        PolicyLinkRouter(
+            service: service,
+            events: .init(
+                onControlStream: { [weak self] stream in self?.state.withLockedValue { $0.control = stream } },
+                onMessage: { [weak self] message, connection in self?.apply(message, connection: connection) },
+                onVerdict: { [weak self] verdict in self?.answer(verdict) }
+            )
+        )
+    }
+
     private func connect() -> EventLoopFuture<any Channel> {
-        let service = self.service
         let keepalive = self.keepalive
         let logger = self.logger
         return connector.connect(on: eventLoop) { [weak self] channel in
@@ -307,14 +322,8 @@ final class PolicyLink: Sendable {
                     logger.warning("the controller stopped answering keepalives; reconnecting the policy link")
                 }
             ) {
-                PolicyLinkRouter(
-                    service: service,
-                    events: .init(
-                        onControlStream: { stream in link?.state.withLockedValue { $0.control = stream } },
-                        onMessage: { message, connection in link?.apply(message, connection: connection) },
-                        onVerdict: { verdict in link?.answer(verdict) }
-                    )
-                )
+                guard let link else { return PolicyLinkRouter(service: "", events: .ignoring) }
+                return link.router()
             }
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { error in

@@ -25,6 +25,8 @@ final class PolicyLinkRouter: ChannelInboundHandler {
         /// A policy message, with the link's connection.
         var onMessage: @Sendable (HostControlMessage, _ connection: (any Channel)?) -> Void
         var onVerdict: @Sendable (CertificateVerdict) -> Void
+
+        static let ignoring = Events(onControlStream: { _ in }, onMessage: { _, _ in }, onVerdict: { _ in })
     }
 
     private let service: String
