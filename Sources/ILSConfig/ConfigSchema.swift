@@ -41,6 +41,8 @@ extension ConfigKey {
     public static let hstsMaxAge = ConfigKey("hsts-max-age")
     public static let maxConnections = ConfigKey("max-connections", .integer)
     public static let maxConnectionsPerSource = ConfigKey("max-connections-per-source", .integer)
+    public static let keepalive = ConfigKey("keepalive")
+    public static let keepaliveTimeout = ConfigKey("keepalive-timeout")
     public static let requestHeadTimeout = ConfigKey("request-head-timeout")
     public static let requestBodyTimeout = ConfigKey("request-body-timeout")
     public static let auditRetention = ConfigKey("audit-retention")
@@ -50,12 +52,13 @@ extension ConfigKey {
 extension ConfigSchema {
     private static let observability: [ConfigKey] = [.logLevel, .logFormat, .metrics, .metricsAllowRemote]
     private static let connectionLimits: [ConfigKey] = [.maxConnections, .maxConnectionsPerSource]
+    private static let keepalives: [ConfigKey] = [.keepalive, .keepaliveTimeout]
 
     /// `ils-gateway controller run`.
     public static let controllerRun = ConfigSchema(
         command: "controller run",
         keys: [.stateDir, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout]
-            + [.auditRetention, .auditMaxRows] + observability
+            + [.auditRetention, .auditMaxRows] + keepalives + observability
     )
 
     /// `ils-gateway serve`, both modes in one file (`mode` picks one; keys of the other mode are ignored by it).
@@ -65,12 +68,12 @@ extension ConfigSchema {
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
             .clientAuth, .policyGrace, .hstsMaxAge,
-        ] + connectionLimits + observability
+        ] + connectionLimits + keepalives + observability
     )
 
     /// `ils-gateway tunnel`.
     public static let tunnel = ConfigSchema(
         command: "tunnel",
-        keys: [.identity, .service, .listen, .allowRemote] + observability
+        keys: [.identity, .service, .listen, .allowRemote] + keepalives + observability
     )
 }

@@ -83,6 +83,7 @@ struct ControllerCommand: AsyncParsableCommand {
         @OptionGroup var logOptions: LogOptions
         @OptionGroup var metricsOptions: MetricsOptions
         @OptionGroup var auditOptions: AuditRetentionOptions
+        @OptionGroup var keepaliveOptions: KeepaliveOptions
 
         func run() async throws {
             let layers = try configOptions.layers(.controllerRun)
@@ -105,6 +106,7 @@ struct ControllerCommand: AsyncParsableCommand {
                 state: controllerState,
                 listen: listenAddress,
                 logger: logger,
+                keepalive: try keepaliveOptions.resolve(layers),
                 requestTimeouts: try connectionOptions.requestTimeouts(layers),
                 connectionLimits: try connectionOptions.limits(layers)
             )

@@ -120,6 +120,7 @@ struct ServeCommand: AsyncParsableCommand {
     var drainTimeout: String?
 
     @OptionGroup var connectionLimitOptions: HTTPConnectionLimitOptions
+    @OptionGroup var keepaliveOptions: KeepaliveOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
@@ -162,7 +163,8 @@ struct ServeCommand: AsyncParsableCommand {
             identityPath: path,
             service: service,
             proxy: proxy,
-            logger: logger
+            logger: logger,
+            keepalive: try keepaliveOptions.resolve(layers)
         )
         logger.info(
             "serving overlay mode (no listening socket)",
@@ -273,6 +275,7 @@ struct ServeCommand: AsyncParsableCommand {
             )
             devices.identityPath = path
             devices.policyGrace = try positive(.policyGrace, policyGrace, "60s", layers)
+            devices.keepalive = try keepaliveOptions.resolve(layers)
             logger.info(
                 "clients need an active device identity's certificate",
                 metadata: ["identity": "\(file.identity.name)", "controller": "\(file.controller)"]
