@@ -27,3 +27,10 @@ if ! python3 -c 'import fastapi, uvicorn, sse_starlette, httpx, websockets, pyte
     python3 -m pip install -q --disable-pip-version-check -r deploy/backend/requirements.txt \
         || python3 -m pip install -q --disable-pip-version-check --break-system-packages -r deploy/backend/requirements.txt
 fi
+
+# sslyze for the TLS profile test (Tests/e2e/test_tls_profile.py); it pins cryptography below 47.
+if ! python3 -c 'import sslyze' 2>/dev/null; then
+    echo "installing sslyze from PyPI" >&2
+    python3 -m pip install -q --disable-pip-version-check sslyze \
+        || python3 -m pip install -q --disable-pip-version-check --break-system-packages sslyze
+fi
