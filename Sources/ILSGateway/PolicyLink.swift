@@ -151,11 +151,14 @@ final class PolicyLink: Sendable {
         var identityRefusalBackoff = Backoff(initial: .seconds(30), maximum: .seconds(300))
         var serviceRefusalBackoff = Backoff(initial: .seconds(5), maximum: .seconds(60))
         while !stopped {
+            // Reset before dialling, not after: the controller's answer can be applied on the link's event loop
+            // before this task resumes from the connect, and resetting then forgot a bound link (every check then
+            // went unasked, and a deleted device got in on the local decision).
+            state.withLockedValue { $0.outcome = nil }
             do {
                 let channel = try await connect().get()
                 let stopped = state.withLockedValue { state -> Bool in
                     state.channel = channel
-                    state.outcome = nil
                     return state.stopped
                 }
                 if stopped { channel.close(promise: nil) }

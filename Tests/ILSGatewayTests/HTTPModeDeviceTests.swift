@@ -226,22 +226,21 @@ struct HTTPModeDeviceTests {
     /// after the grace, every client would be refused.
     @Test("the gateway renews its certificate when due and links again with the new one; devices still get in")
     func renewsItsCertificate() async throws {
-        // The first check sees a clock 80 days ahead (the certificate is due); later ones the real time.
-        let ahead = NIOLockedValueBox(true)
-        try await HTTPModeDeviceFixture.with(configure: {
-            $0.devices?.renewalCheck = .milliseconds(100)
-            $0.devices?.now = {
-                ahead.withLockedValue { first in
-                    defer { first = false }
-                    return first
-                } ? Date().addingTimeInterval(80 * 86400) : Date()
+        // The clock is 80 days ahead (the certificate is due) until the identity file holds another certificate.
+        let original = NIOLockedValueBox<(path: String, certificate: String)?>(nil)
+        try await HTTPModeDeviceFixture.with(configure: { configuration in
+            guard let devices = configuration.devices, let path = devices.identityPath else { return }
+            original.withLockedValue { $0 = (path, devices.identity.certificate) }
+            configuration.devices?.renewalCheck = .milliseconds(100)
+            configuration.devices?.now = {
+                let renewed = (try? IdentityFileIO.read(path).certificate) != devices.identity.certificate
+                return renewed ? Date() : Date().addingTimeInterval(80 * 86400)
             }
         }) { fixture in
-            let path = "\(fixture.cluster.directory)/identities/web.json"
-            let original = try IdentityFileIO.read(path).certificate
+            let (path, certificate) = try #require(original.withLockedValue { $0 })
             #expect(
                 await TestCluster.eventually(.seconds(10)) {
-                    (try? IdentityFileIO.read(path).certificate) != original
+                    (try? IdentityFileIO.read(path).certificate) != certificate
                 },
                 "the identity file was never renewed"
             )
@@ -266,8 +265,13 @@ struct HTTPModeDeviceTests {
     @Test("an overlay device's circuit is never routed to an HTTP-mode gateway's policy link")
     func policyLinkHostsNoCircuits() async throws {
         try await HTTPModeDeviceFixture.with { fixture in
-            let connection = try await TestHTTPConnection(port: fixture.cluster.tunnelPort)
-            try await connection.sendRequest("GET", "/health")
+            // The tunnel answers a refused circuit at once and half-closes, and the test client closes on that end
+            // of file: the request goes out as the connection comes up (sent later, it raced the answer and failed
+            // with "I/O on closed channel" on a loaded machine).
+            let connection = try await TestHTTPConnection(
+                port: fixture.cluster.tunnelPort,
+                firstBytes: "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
             let head = try await connection.readHead()
             #expect(head.status == 503)
             #expect(String(buffer: try await connection.readBody()).contains("service_unavailable"))
