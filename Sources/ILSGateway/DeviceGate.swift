@@ -31,6 +31,9 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
         let handshakeTimeout: TimeAmount
         /// Asks the controller about a certificate the local policy admits (`PolicyLink.check`).
         var check: (@Sendable (IdentityCertificate, any EventLoop) -> EventLoopFuture<PolicyLink.CheckResult>)?
+        /// Told of every admitted connection, so the controller is asked about its certificate again while it is open
+        /// (`PolicyLink.admitted`).
+        var admitted: (@Sendable (any Channel, IdentityCertificate) -> Void)?
     }
 
     private enum State {
@@ -144,6 +147,7 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             switch decision {
             case .allow(let peer):
                 settings.policy.track(context.channel, identityID: peer.id)
+                settings.admitted?(context.channel, peer)
                 try settings.core.configureClientPipeline(
                     pipeline,
                     client: ClientContext(

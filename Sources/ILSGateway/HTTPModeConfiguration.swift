@@ -26,6 +26,8 @@ public struct HTTPModeConfiguration: Sendable {
         public var identityPath: String?
         /// How often the certificate is checked for renewal, and the clock it is checked against (tests).
         package var renewalCheck: Duration = .seconds(6 * 3600)
+        /// How often the certificates of open client connections are checked with the controller again.
+        package var recheckInterval: Duration = .seconds(60)
         package var now: @Sendable () -> Date = { Date() }
         /// The service whose dial policy applies (the controller checks this gateway may host it).
         public var service: String

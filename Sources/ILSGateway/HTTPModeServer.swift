@@ -53,6 +53,7 @@ public final class HTTPModeServer: Service, Sendable {
                 policy: policy,
                 identityPath: devices.identityPath,
                 renewalCheck: devices.renewalCheck,
+                recheckInterval: devices.recheckInterval,
                 now: devices.now,
                 grace: devices.policyGrace.timeAmountValue,
                 keepalive: devices.keepalive,
@@ -86,8 +87,10 @@ public final class HTTPModeServer: Service, Sendable {
         let scheme: ClientContext.Scheme = tlsContext == nil ? .http : .https
         let hstsMaxAge = tlsContext == nil ? nil : configuration.hstsMaxAge.map { $0.nanoseconds / 1_000_000_000 }
         var check: (@Sendable (IdentityCertificate, any EventLoop) -> EventLoopFuture<PolicyLink.CheckResult>)?
+        var admitted: (@Sendable (any Channel, IdentityCertificate) -> Void)?
         if let link {
             check = { @Sendable peer, eventLoop in link.check(peer, on: eventLoop) }
+            admitted = { @Sendable channel, peer in link.admitted(channel, peer: peer) }
         }
         let gate = policy.map { policy -> DeviceGate.Settings in
             DeviceGate.Settings(
@@ -97,7 +100,8 @@ public final class HTTPModeServer: Service, Sendable {
                 hstsMaxAge: hstsMaxAge,
                 logger: logger,
                 handshakeTimeout: configuration.proxy.clientIdleTimeout.timeAmountValue,
-                check: check
+                check: check,
+                admitted: admitted
             )
         }
         let bootstrap = ServerBootstrap(group: group)

@@ -58,6 +58,8 @@ final class PolicyLink: Sendable {
         var control: (any Channel)?
         var nextCheck = 0
         var checks: [Int: EventLoopPromise<CheckResult>] = [:]
+        /// Open client connections by the fingerprint of the certificate they were admitted with.
+        var admitted: [String: (peer: IdentityCertificate, channels: [ObjectIdentifier: any Channel])] = [:]
     }
 
     /// The identity in use and its connector: replaced when the certificate is renewed.
@@ -65,6 +67,7 @@ final class PolicyLink: Sendable {
     /// Where the identity file lives, for renewal; `nil` leaves renewal to `ils-gateway renew` and a restart.
     private let identityPath: String?
     private let renewalCheck: Duration
+    private let recheckInterval: Duration
     private let now: @Sendable () -> Date
     private var connector: FabricConnector { identity.withLockedValue { $0.connector } }
     private let service: String
@@ -81,6 +84,7 @@ final class PolicyLink: Sendable {
         policy: GatewayPolicy,
         identityPath: String? = nil,
         renewalCheck: Duration = .seconds(6 * 3600),
+        recheckInterval: Duration = .seconds(60),
         now: @escaping @Sendable () -> Date = { Date() },
         grace: TimeAmount,
         keepalive: FabricKeepalive = .standard,
@@ -98,6 +102,7 @@ final class PolicyLink: Sendable {
         )
         self.identityPath = identityPath
         self.renewalCheck = renewalCheck
+        self.recheckInterval = recheckInterval
         self.now = now
         self.service = service
         self.policy = policy
@@ -116,14 +121,56 @@ final class PolicyLink: Sendable {
     func run() async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.renewalLoop() }
+            group.addTask { await self.recheckLoop() }
             await connectLoop()
             group.cancelAll()
         }
     }
 
+    /// Remembers a client connection admitted with `peer`'s certificate, for `recheckLoop`, until it closes.
+    func admitted(_ channel: any Channel, peer: IdentityCertificate) {
+        let key = ObjectIdentifier(channel)
+        state.withLockedValue { state in
+            state.admitted[peer.fingerprint, default: (peer, [:])].channels[key] = channel
+        }
+        channel.closeFuture.whenComplete { [state] _ in
+            state.withLockedValue { state in
+                state.admitted[peer.fingerprint]?.channels[key] = nil
+                if state.admitted[peer.fingerprint]?.channels.isEmpty == true {
+                    state.admitted[peer.fingerprint] = nil
+                }
+            }
+        }
+    }
+
+    /// Every `recheckInterval` (60 s), asks the controller again about each certificate with open connections, and
+    /// closes those it refuses. Revocations and disables are pushed and cut at once; a deletion or a certificate
+    /// replaced by `renew` or `reissue` is not pushed, so this bounds how long such a certificate's open connections
+    /// (a stream, a keep-alive connection) outlive it.
+    private func recheckLoop() async {
+        while !stopped {
+            do {
+                try await Task.sleep(for: recheckInterval)
+            } catch {
+                return
+            }
+            let open = state.withLockedValue { Array($0.admitted.values) }
+            for (peer, channels) in open {
+                guard let loop = channels.values.first?.eventLoop,
+                    case .refused(let reason) = try? await check(peer, on: loop).get()
+                else { continue }
+                logger.notice(
+                    "closing connections of a certificate the controller no longer accepts",
+                    metadata: ["identity": "\(peer.name)", "reason": "\(reason)", "connections": "\(channels.count)"]
+                )
+                for channel in channels.values { channel.close(promise: nil) }
+            }
+        }
+    }
+
     /// Every `renewalCheck` (6 h, as an overlay gateway), renews the gateway's certificate when it is due (30 days
-    /// before it expires) and links again with the new one. Without it the link would fail once the certificate expired, and after the grace every request would be
-    /// refused. The link carries no client traffic, so re-linking cuts nothing; clients' certificates are checked
+    /// before it expires) and links again with the new one. Without it the link would fail once the certificate
+    /// expired, and after the grace every request would be refused. The link carries no client traffic, so re-linking cuts nothing; clients' certificates are checked
     /// against the CA, which renewal does not change.
     private func renewalLoop() async {
         guard let identityPath else { return }

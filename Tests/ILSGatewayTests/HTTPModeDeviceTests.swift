@@ -222,6 +222,45 @@ struct HTTPModeDeviceTests {
         }
     }
 
+    /// Deletion and re-enrollment are not pushed; the certificates of open connections are checked again every
+    /// `recheckInterval` (60 s; 200 ms here), so such a connection does not outlive its certificate by more.
+    @Test(
+        "an open connection of a deleted device or of a replaced certificate is closed at the next recheck",
+        arguments: ["deleted", "reissued"]
+    )
+    func recheckClosesOpenConnections(change: String) async throws {
+        try await HTTPModeDeviceFixture.with(configure: { $0.devices?.recheckInterval = .milliseconds(200) }) {
+            fixture in
+            let old = try await fixture.cluster.enroll("laptop", role: .device)
+            let phone = try await fixture.cluster.enroll("phone", role: .device)
+            let stream = try await fixture.connect(as: old)
+            try await stream.sendRequest("GET", "/sse?n=100000&interval_ms=50")
+            #expect(try await stream.readHead().status == 200)
+            #expect(try await stream.readBodyPart() != nil)
+            let other = try await fixture.connect(as: phone)
+            try await other.sendRequest("GET", "/sse?n=100000&interval_ms=50")
+            #expect(try await other.readHead().status == 200)
+            let admin = try fixture.cluster.admin()
+            if change == "deleted" {
+                let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/identities/laptop")
+            } else {
+                let token: ControllerAPI.TokenResponse = try await admin.call(
+                    .POST,
+                    "/v1/admin/identities/laptop/reissue",
+                    body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
+                )
+                _ = try await Enrollment.enroll(
+                    token: token.token,
+                    outputPath: "\(fixture.cluster.directory)/identities/laptop-new.json",
+                    force: true
+                )
+            }
+            #expect(await streamEnds(stream, within: .seconds(5)))
+            for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
+            await other.close()
+        }
+    }
+
     /// A gateway certificate is good for 90 days: without renewal the policy link would fail once it expired and,
     /// after the grace, every client would be refused.
     @Test("the gateway renews its certificate when due and links again with the new one; devices still get in")
