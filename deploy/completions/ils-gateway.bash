@@ -232,7 +232,7 @@ _ils-gateway_controller_run() {
     repeating_flags=()
     non_repeating_flags=(--metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--state-dir --listen --config --log-level --log-format --metrics)
+    non_repeating_options=(--state-dir --listen --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --config --log-level --log-format --metrics --audit-retention --audit-max-rows --keepalive --keepalive-timeout)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -241,6 +241,18 @@ _ils-gateway_controller_run() {
         return
         ;;
     '--listen')
+        return
+        ;;
+    '--max-connections')
+        return
+        ;;
+    '--max-connections-per-source')
+        return
+        ;;
+    '--request-head-timeout')
+        return
+        ;;
+    '--request-body-timeout')
         return
         ;;
     '--config')
@@ -255,6 +267,18 @@ _ils-gateway_controller_run() {
         return
         ;;
     '--metrics')
+        return
+        ;;
+    '--audit-retention')
+        return
+        ;;
+    '--audit-max-rows')
+        return
+        ;;
+    '--keepalive')
+        return
+        ;;
+    '--keepalive-timeout')
         return
         ;;
     esac
@@ -489,7 +513,7 @@ _ils-gateway_admin_audit() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identity --since)
+    non_repeating_options=(--identity --since --before --limit)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -500,12 +524,18 @@ _ils-gateway_admin_audit() {
     '--since')
         return
         ;;
+    '--before')
+        return
+        ;;
+    '--limit')
+        return
+        ;;
     esac
 }
 
 _ils-gateway_enroll() {
     repeating_flags=()
-    non_repeating_flags=(--force --version -h --help)
+    non_repeating_flags=(--force --pem --version -h --help)
     repeating_options=()
     non_repeating_options=(--out)
     __ils-gateway_offer_flags_options 1
@@ -522,7 +552,7 @@ _ils-gateway_serve() {
     repeating_flags=()
     non_repeating_flags=(--plain-http --no-plain-http --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--mode --identity --service --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --config --log-level --log-format --metrics)
+    non_repeating_options=(--mode --identity --service --client-auth --policy-grace --hsts-max-age --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --max-connections --max-connections-per-source --keepalive --keepalive-timeout --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -535,6 +565,16 @@ _ils-gateway_serve() {
         return
         ;;
     '--service')
+        return
+        ;;
+    '--client-auth')
+        __ils-gateway_add_completions -W 'required'$'\n''none'
+        return
+        ;;
+    '--policy-grace')
+        return
+        ;;
+    '--hsts-max-age')
         return
         ;;
     '--backend')
@@ -567,6 +607,18 @@ _ils-gateway_serve() {
     '--drain-timeout')
         return
         ;;
+    '--max-connections')
+        return
+        ;;
+    '--max-connections-per-source')
+        return
+        ;;
+    '--keepalive')
+        return
+        ;;
+    '--keepalive-timeout')
+        return
+        ;;
     '--config')
         return
         ;;
@@ -588,7 +640,7 @@ _ils-gateway_tunnel() {
     repeating_flags=()
     non_repeating_flags=(--allow-remote --no-allow-remote --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identity --service --listen --config --log-level --log-format --metrics)
+    non_repeating_options=(--identity --service --listen --keepalive --keepalive-timeout --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -600,6 +652,12 @@ _ils-gateway_tunnel() {
         return
         ;;
     '--listen')
+        return
+        ;;
+    '--keepalive')
+        return
+        ;;
+    '--keepalive-timeout')
         return
         ;;
     '--config')
