@@ -366,6 +366,14 @@ def netns() -> Iterator[Netns]:
         run("ip", "netns", "del", ns.name, check=False)
 
 
+def private_binary(ils_bin: Path, logs: Path) -> Path:
+    """A copy of the binary beside a test's logs, so the processes a test starts are its own to find and kill."""
+    binary = logs / "ils-gateway"
+    binary.write_bytes(ils_bin.read_bytes())
+    binary.chmod(0o755)
+    return binary
+
+
 @dataclass
 class NetnsOverlay:
     """A controller in this namespace, a gateway and its backend in `netns`, a tunnel in this namespace."""
@@ -383,9 +391,7 @@ def netns_overlay(netns: Netns, ils_bin: Path, tmp_path: Path, keepalive: list[s
     root, logs = tmp_path / "root", tmp_path / "logs"
     root.mkdir()
     logs.mkdir()
-    binary = logs / "ils-gateway"
-    binary.write_bytes(ils_bin.read_bytes())
-    binary.chmod(0o755)
+    binary = private_binary(ils_bin, logs)
     c = Controller(binary, root, logs)
     c.address = f"https://{netns.host_ip}:{c.port}"
     r = c.init()
@@ -536,9 +542,7 @@ def test_device_reconnects_on_its_next_circuit_after_a_silent_drop(netns: Netns,
     root, logs = tmp_path / "root", tmp_path / "logs"
     root.mkdir()
     logs.mkdir()
-    binary = logs / "ils-gateway"
-    binary.write_bytes(ils_bin.read_bytes())
-    binary.chmod(0o755)
+    binary = private_binary(ils_bin, logs)
     c = Controller(binary, root, logs)
     c.address = f"https://{netns.host_ip}:{c.port}"
     assert c.init().returncode == 0
@@ -690,9 +694,7 @@ def test_revocation_takes_effect_while_the_store_disk_is_full(ils_bin: Path, tmp
     disk = tiny_fs("controller-disk-revoke", 2048)
     logs = tmp_path / "logs"
     logs.mkdir()
-    binary = logs / "ils-gateway"
-    binary.write_bytes(ils_bin.read_bytes())
-    binary.chmod(0o755)
+    binary = private_binary(ils_bin, logs)
     c = Controller(binary, tmp_path / "root", logs)
     c.root.mkdir()
     c.state_dir = disk / "state"
@@ -757,9 +759,7 @@ def test_disk_full_under_the_controller_store(ils_bin: Path, tmp_path: Path, tin
     disk = tiny_fs("controller-disk", 2048)
     logs = tmp_path / "logs"
     logs.mkdir()
-    binary = logs / "ils-gateway"
-    binary.write_bytes(ils_bin.read_bytes())
-    binary.chmod(0o755)
+    binary = private_binary(ils_bin, logs)
     c = Controller(binary, tmp_path / "root", logs)
     c.root.mkdir()
     c.state_dir = disk / "state"
