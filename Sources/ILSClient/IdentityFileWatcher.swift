@@ -32,9 +32,6 @@ public struct IdentityFileWatcher: Sendable {
         return file
     }
 
-    /// The certificate of the identity in use, as far as the watcher knows.
-    public var certificateInUse: String { certificate }
-
     /// Marks `file` as the identity in use (after the process renewed by itself and wrote the file).
     public mutating func using(_ file: IdentityFile) {
         certificate = file.certificate

@@ -113,3 +113,34 @@ public struct Backoff: Sendable {
 
     public mutating func reset() { attempt = 0 }
 }
+
+/// How long a gateway's link to the controller waits before it dials again, by how the last one ended; the overlay
+/// gateway's links and HTTP mode's policy link share it.
+///
+/// The connect backoff starts over only once the controller has accepted a binding, not when TLS connects: a revoked
+/// gateway's handshake still succeeds, and resetting there made it reconnect about 12 times a second forever. A
+/// refusal of the identity itself (`identity_blocked`: revoked, disabled, deleted, certificate replaced) does not
+/// heal by itself: 30 s doubling to 5 min. A refusal of the service (no such service, bind policy) may be an admin's
+/// work in progress: 5 s doubling to 1 min.
+public struct LinkBackoff: Sendable {
+    private var connect = Backoff()
+    private var identityRefused = Backoff(initial: .seconds(30), maximum: .seconds(300))
+    private var serviceRefused = Backoff(initial: .seconds(5), maximum: .seconds(60))
+
+    public init() {}
+
+    /// The controller accepted a link's binding: every wait starts over.
+    public mutating func bound() {
+        connect.reset()
+        identityRefused.reset()
+        serviceRefused.reset()
+    }
+
+    /// The wait after the controller refused the binding with `code` (`HostControlMessage.errorCode`).
+    public mutating func refused(code: String?) -> TimeAmount {
+        code == HostControlMessage.identityBlocked ? identityRefused.next() : serviceRefused.next()
+    }
+
+    /// The wait after a connection failed, or closed without a refusal.
+    public mutating func failed() -> TimeAmount { connect.next() }
+}

@@ -79,17 +79,21 @@ extension ChannelPipeline.SynchronousOperations {
     /// opens starts with the handler `acceptStream` makes; without one, the peer may not open streams and each is
     /// closed at once. Every real overlay connection passes a `keepalive` (both ends: a silently dropped link must
     /// be noticed by the side that routes over it and by the side that must redial); tests of other parts may not.
+    /// `streamDelegate` is told of every stream created and closed (swift-nio-http2 does not pass those events down
+    /// the pipeline).
     @discardableResult
     public func configureFabricHTTP2(
         mode: NIOHTTP2Handler.ParserMode,
         keepalive: KeepaliveHandler? = nil,
+        streamDelegate: (any NIOHTTP2StreamDelegate)? = nil,
         acceptStream: (@Sendable () -> any ChannelHandler)? = nil
     ) throws -> NIOHTTP2Handler.StreamMultiplexer {
         try addHandler(HTTP2FrameAligner(expectsPreface: mode == .server))
         let multiplexer = try configureHTTP2Pipeline(
             mode: mode,
             connectionConfiguration: FabricSettings.connection,
-            streamConfiguration: FabricSettings.stream
+            streamConfiguration: FabricSettings.stream,
+            streamDelegate: streamDelegate
         ) { stream in
             guard let acceptStream else { return stream.close() }
             return stream.eventLoop.makeCompletedFuture {

@@ -71,6 +71,9 @@ public final class HTTPModeServer: Service, Sendable {
     /// is in force (readiness, tests).
     public var isReady: Bool { link?.hasPolicy ?? true }
 
+    /// The certificate the policy link dials with (tests: it follows renewals).
+    package var policyLinkCertificate: String? { link?.certificate }
+
     /// Whether the block list from the controller holds this identity (tests).
     public func blocks(identityID: String) -> Bool { policy?.blocks(identityID) ?? false }
 

@@ -23,10 +23,9 @@ public final class OverlayGateway: Service, Sendable {
                 credentials: E2EHandshake.Credentials
             )
         >
-    /// Where the identity file lives, for renewal; `nil` disables automatic renewal.
-    private let identityPath: String?
-    /// Notices a certificate renewed by someone else (`ils-gateway renew`) in the identity file.
-    private let watcher: NIOLockedValueBox<IdentityFileWatcher>?
+    /// Renews the certificate when due and notices one renewed in the identity file by someone else; `nil` without
+    /// an identity file path (renewal is then left to `ils-gateway renew` and a restart).
+    private let keeper: IdentityKeeper?
     private let service: String
     private let handshakeTimeout: TimeAmount
     private let keepalive: FabricKeepalive
@@ -95,8 +94,7 @@ public final class OverlayGateway: Service, Sendable {
             )
         }
         self.identity = NIOLockedValueBox(try Self.load(identity))
-        self.identityPath = identityPath
-        self.watcher = identityPath.map { NIOLockedValueBox(IdentityFileWatcher(path: $0, current: identity)) }
+        self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
         self.service = service
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
@@ -123,39 +121,42 @@ public final class OverlayGateway: Service, Sendable {
         )
     }
 
-    /// How often the gateway checks whether its certificate is due for renewal.
-    static let renewalCheckInterval: Duration = .seconds(6 * 3600)
-
-    /// Renews the certificate when due, then moves to it at once without cutting a stream: every link is dialled
-    /// again with the new certificate, and the old links finish their circuits and close (the relay routes no new
-    /// circuit to a link whose certificate is no longer current).
-    private func renewalLoop() async {
-        guard let identityPath else { return }
-        while !(links.withLockedValue { $0.stopped }) {
-            do {
-                try await Task.sleep(for: Self.renewalCheckInterval)
-            } catch {
-                return  // cancelled: the gateway is stopping
-            }
-            guard Renewal.isDue(identity.withLockedValue { $0.file }) else { continue }
-            do {
-                let renewed = try await Renewal.renew(path: identityPath)
-                let loaded = try Self.load(renewed)
-                identity.withLockedValue { $0 = loaded }
-                watcher?.withLockedValue { $0.using(renewed) }
-                logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
-                rotateLinks()
-            } catch {
-                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
-            }
+    /// Moves to a renewed certificate at once without cutting a stream: every link is dialled again with it, and
+    /// the old links finish their circuits and close (the relay routes no new circuit to a link whose certificate is
+    /// no longer current). Returns whether the certificate could be used.
+    private func adopt(_ change: IdentityKeeper.Change) -> Bool {
+        let file: IdentityFile
+        switch change {
+        case .renewed(let renewed):
+            file = renewed
+            logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
+        case .changedOnDisk(let changed):
+            file = changed
+            logger.info(
+                "the identity file has a new certificate; re-linking with it",
+                metadata: ["until": "\(changed.identity.certificateNotAfter ?? 0)"]
+            )
+        case .renewalFailed(let error):
+            logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            return false
         }
+        do {
+            let loaded = try Self.load(file)
+            identity.withLockedValue { $0 = loaded }
+        } catch {
+            logger.warning("the new certificate cannot be used", metadata: ["error": "\(error.reason)"])
+            return false
+        }
+        rotateLinks()
+        return true
     }
 
     public func run() async throws {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                group.addTask { await self.renewalLoop() }
-                group.addTask { await self.identityWatchLoop() }
+                if let keeper = self.keeper {
+                    group.addTask { await keeper.run { self.adopt($0) } }
+                }
                 group.addTask { await self.connectLoop(slot: 0) }
                 var started = 1
                 for await wanted in self.linkCount.stream {
@@ -195,19 +196,12 @@ public final class OverlayGateway: Service, Sendable {
 
     /// Keeps link `slot` up: dials, waits for it to close, dials again with jittered backoff. Slot 0 reports to the
     /// log at info; the others, which come and go with it, at debug.
-    ///
-    /// The backoff starts again from 100 ms only once the controller has accepted the link's binding, not when TLS
-    /// connects: a revoked gateway's TLS handshake still succeeds, and resetting there made it reconnect about 12
-    /// times a second forever. A refusal of the identity itself (revoked, disabled, deleted, certificate replaced)
-    /// does not heal by itself: the link then waits 30 s doubling to 5 min; a refusal of the service (no such
-    /// service, bind policy) waits 5 s doubling to 1 min, since an admin may be fixing it.
+    /// Waits between tries as `LinkBackoff` says.
     private func connectLoop(slot: Int) async {
-        var backoff = Backoff()
+        var backoff = LinkBackoff()
         // Links that landed on a relay loop another link has: not reset by each connection, unlike `backoff`, and
         // slower, since the controller is up and the link is only redundant.
         var duplicateBackoff = Backoff(maximum: .seconds(3))
-        var identityRefusalBackoff = Backoff(initial: .seconds(30), maximum: .seconds(300))
-        var serviceRefusalBackoff = Backoff(initial: .seconds(5), maximum: .seconds(60))
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
         while !stopped {
@@ -254,10 +248,13 @@ public final class OverlayGateway: Service, Sendable {
                 switch outcome {
                 case .refused(_, let code):
                     // A certificate replaced by a renewal made elsewhere: move to the new one at once.
-                    if code == HostControlMessage.identityBlocked, adoptChangedIdentityFile() { continue }
-                    let wait =
-                        code == HostControlMessage.identityBlocked
-                        ? identityRefusalBackoff.next() : serviceRefusalBackoff.next()
+                    if code == HostControlMessage.identityBlocked, let changed = keeper?.changedOnDisk(),
+                        adopt(.changedOnDisk(changed))
+                    {
+                        keeper?.adopted(changed)
+                        continue
+                    }
+                    let wait = backoff.refused(code: code)
                     logger.debug(
                         "link refused; waiting before the next try",
                         metadata: ["wait": "\(wait.nanoseconds / 1_000_000_000)s"]
@@ -265,9 +262,7 @@ public final class OverlayGateway: Service, Sendable {
                     try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
                     continue
                 case .bound:
-                    backoff.reset()
-                    identityRefusalBackoff.reset()
-                    serviceRefusalBackoff.reset()
+                    backoff.bound()
                     links.withLockedValue { $0.lastRefusal = nil }
                 case nil:
                     break
@@ -299,41 +294,8 @@ public final class OverlayGateway: Service, Sendable {
                     )
                 }
             }
-            try? await Task.sleep(nanoseconds: UInt64(backoff.next().nanoseconds))
+            try? await Task.sleep(nanoseconds: UInt64(backoff.failed().nanoseconds))
         }
-    }
-
-    /// Every couple of seconds: moves to a certificate renewed in the identity file by someone else.
-    private func identityWatchLoop() async {
-        guard watcher != nil else { return }
-        while !stopped {
-            do {
-                try await Task.sleep(for: IdentityFileWatcher.interval)
-            } catch {
-                return
-            }
-            _ = adoptChangedIdentityFile()
-        }
-    }
-
-    /// Loads the identity file if it holds a new certificate for this identity, and re-links with it. Returns
-    /// whether it did.
-    private func adoptChangedIdentityFile() -> Bool {
-        let id = identity.withLockedValue { $0.file.identity.id }
-        guard let changed = watcher?.withLockedValue({ $0.changed(identityID: id) }) else { return false }
-        do {
-            let loaded = try Self.load(changed)
-            identity.withLockedValue { $0 = loaded }
-        } catch {
-            logger.warning("the identity file changed but cannot be used", metadata: ["error": "\(error.reason)"])
-            return false
-        }
-        logger.info(
-            "the identity file has a new certificate; re-linking with it",
-            metadata: ["until": "\(changed.identity.certificateNotAfter ?? 0)"]
-        )
-        rotateLinks()
-        return true
     }
 
     /// After a renewal: every link is dialled again with the new certificate, and each old link closes once its
@@ -448,6 +410,7 @@ public final class OverlayGateway: Service, Sendable {
             var router = router
             router.binding = LinkBinding(eventLoop: channel.eventLoop)
             let shared = GatewayStreamRouter.Shared(router)
+            let drain = LinkDrainHandler()
             try channel.pipeline.syncOperations.configureFabricHTTP2(
                 mode: .server,
                 keepalive: KeepaliveHandler(keepalive) { [logger] in
@@ -455,11 +418,12 @@ public final class OverlayGateway: Service, Sendable {
                         "the controller link went silent (no answer to a keepalive PING); closing it and redialling",
                         metadata: ["link": "\(slot)", "timeout": "\(keepalive.timeout)"]
                     )
-                }
+                },
+                streamDelegate: drain
             ) {
                 GatewayStreamRouter(shared)
             }
-            try channel.pipeline.syncOperations.addHandler(LinkDrainHandler())
+            try channel.pipeline.syncOperations.addHandler(drain)
             try channel.pipeline.syncOperations.addHandler(
                 FabricConnectionErrorHandler { [logger] error in
                     logger.warning("controller connection failed; reconnecting", metadata: ["error": "\(error)"])

@@ -64,11 +64,10 @@ final class PolicyLink: Sendable {
 
     /// The identity in use and its connector: replaced when the certificate is renewed.
     private let identity: NIOLockedValueBox<(file: IdentityFile, connector: FabricConnector)>
-    /// Where the identity file lives, for renewal; `nil` leaves renewal to `ils-gateway renew` and a restart.
-    private let identityPath: String?
-    private let renewalCheck: Duration
+    /// Renews the certificate when due and notices one renewed in the identity file by someone else; `nil` without
+    /// an identity file path (renewal is then left to `ils-gateway renew` and a restart).
+    private let keeper: IdentityKeeper?
     private let recheckInterval: Duration
-    private let now: @Sendable () -> Date
     private var connector: FabricConnector { identity.withLockedValue { $0.connector } }
     private let service: String
     private let policy: GatewayPolicy
@@ -100,10 +99,10 @@ final class PolicyLink: Sendable {
         self.identity = NIOLockedValueBox(
             (identity, try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN))
         )
-        self.identityPath = identityPath
-        self.renewalCheck = renewalCheck
+        self.keeper = identityPath.map {
+            IdentityKeeper(path: $0, current: identity, renewalCheck: renewalCheck, now: now)
+        }
         self.recheckInterval = recheckInterval
-        self.now = now
         self.service = service
         self.policy = policy
         self.grace = grace
@@ -111,6 +110,9 @@ final class PolicyLink: Sendable {
         self.logger = logger
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
     }
+
+    /// The certificate the link dials with now.
+    var certificate: String { identity.withLockedValue { $0.file.certificate } }
 
     /// Whether the controller's policy is in force now (for readiness and tests).
     var hasPolicy: Bool { policy.isKnown }
@@ -120,7 +122,9 @@ final class PolicyLink: Sendable {
     /// Keeps the link up until `stop`, and the gateway's certificate renewed.
     func run() async {
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.renewalLoop() }
+            if let keeper = self.keeper {
+                group.addTask { await keeper.run { self.adopt($0) } }
+            }
             group.addTask { await self.recheckLoop() }
             await connectLoop()
             group.cancelAll()
@@ -168,35 +172,37 @@ final class PolicyLink: Sendable {
         }
     }
 
-    /// Every `renewalCheck` (6 h, as an overlay gateway), renews the gateway's certificate when it is due (30 days
-    /// before it expires) and links again with the new one. Without it the link would fail once the certificate
-    /// expired, and after the grace every request would be refused. The link carries no client traffic, so re-linking cuts nothing; clients' certificates are checked
-    /// against the CA, which renewal does not change.
-    private func renewalLoop() async {
-        guard let identityPath else { return }
-        while !stopped {
-            do {
-                try await Task.sleep(for: renewalCheck)
-            } catch {
-                return
-            }
-            guard Renewal.isDue(identity.withLockedValue({ $0.file }), now: now()) else { continue }
-            do {
-                let renewed = try await Renewal.renew(path: identityPath)
-                let connector = try FabricConnector(identity: renewed, alpn: FabricProtocol.hostALPN)
-                identity.withLockedValue { $0 = (renewed, connector) }
-                logger.info("certificate renewed", metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"])
-                state.withLockedValue { $0.channel }?.close(promise: nil)
-            } catch {
-                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
-            }
+    /// Moves the link to a renewed certificate (renewed here when due, 30 days before it expires, or by someone else
+    /// in the identity file): without it the link would be refused once the certificate was replaced or expired, and
+    /// after the grace every request would be refused. The link carries no client traffic, so re-linking cuts nothing;
+    /// clients' certificates are checked against the CA, which renewal does not change. Returns whether the
+    /// certificate could be used.
+    private func adopt(_ change: IdentityKeeper.Change) -> Bool {
+        let renewed: IdentityFile
+        switch change {
+        case .renewed(let file), .changedOnDisk(let file):
+            renewed = file
+        case .renewalFailed(let error):
+            logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            return false
         }
+        do {
+            let connector = try FabricConnector(identity: renewed, alpn: FabricProtocol.hostALPN)
+            identity.withLockedValue { $0 = (renewed, connector) }
+        } catch {
+            logger.warning("the new certificate cannot be used", metadata: ["error": "\(error.reason)"])
+            return false
+        }
+        logger.info(
+            "certificate renewed; re-linking with it",
+            metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"]
+        )
+        state.withLockedValue { $0.channel }?.close(promise: nil)
+        return true
     }
 
     private func connectLoop() async {
-        var backoff = Backoff()
-        var identityRefusalBackoff = Backoff(initial: .seconds(30), maximum: .seconds(300))
-        var serviceRefusalBackoff = Backoff(initial: .seconds(5), maximum: .seconds(60))
+        var backoff = LinkBackoff()
         while !stopped {
             // Reset before dialling, not after: the controller's answer can be applied on the link's event loop
             // before this task resumes from the connect, and resetting then forgot a bound link (every check then
@@ -223,14 +229,17 @@ final class PolicyLink: Sendable {
                 if self.stopped { break }
                 switch outcome {
                 case .bound:
-                    backoff.reset()
-                    identityRefusalBackoff.reset()
-                    serviceRefusalBackoff.reset()
+                    backoff.bound()
                     logger.warning("lost the controller connection (policy link); reconnecting")
                 case .refused(_, let code):
-                    let wait =
-                        code == HostControlMessage.identityBlocked
-                        ? identityRefusalBackoff.next() : serviceRefusalBackoff.next()
+                    // A certificate replaced by a renewal made elsewhere: move to the new one at once.
+                    if code == HostControlMessage.identityBlocked, let changed = keeper?.changedOnDisk(),
+                        adopt(.changedOnDisk(changed))
+                    {
+                        keeper?.adopted(changed)
+                        continue
+                    }
+                    let wait = backoff.refused(code: code)
                     try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
                     continue
                 case nil:
@@ -239,7 +248,7 @@ final class PolicyLink: Sendable {
             } catch {
                 report("cannot reach the controller; retrying with backoff", (error as? ILSError)?.reason ?? "\(error)")
             }
-            try? await Task.sleep(nanoseconds: UInt64(backoff.next().nanoseconds))
+            try? await Task.sleep(nanoseconds: UInt64(backoff.failed().nanoseconds))
         }
     }
 

@@ -17,8 +17,8 @@ public final class Tunnel: Service, Sendable {
     private let listen: HostPort
     private let logger: Logger
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
-    private let identity: NIOLockedValueBox<IdentityFile>
-    private let identityPath: String?
+    /// Renews the certificate when due and notices one renewed in the identity file by someone else.
+    private let keeper: IdentityKeeper?
 
     /// Refuses a non-loopback listen address unless `allowRemote`: anyone who can reach the tunnel's port uses the
     /// device's identity.
@@ -40,8 +40,7 @@ public final class Tunnel: Service, Sendable {
             )
         }
         self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive)
-        self.identity = NIOLockedValueBox(identity)
-        self.identityPath = identityPath
+        self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
         self.service = service
         self.listen = listen
         self.logger = logger
@@ -91,61 +90,41 @@ public final class Tunnel: Service, Sendable {
             ]
         )
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.renewalLoop() }
-            group.addTask { await self.identityWatchLoop() }
+            if let keeper = self.keeper {
+                group.addTask { await keeper.run { self.adopt($0) } }
+            }
             try? await gracefulShutdown()
             group.cancelAll()
         }
         await shutdown()
     }
 
-    /// Every couple of seconds: dials with a certificate renewed in the identity file by someone else (`ils-gateway
-    /// renew`) from the next circuit on; the controller refuses circuits on a connection made with a replaced one.
-    private func identityWatchLoop() async {
-        guard let identityPath else { return }
-        var watcher = IdentityFileWatcher(path: identityPath, current: identity.withLockedValue { $0 })
-        while true {
-            do {
-                try await Task.sleep(for: IdentityFileWatcher.interval)
-            } catch {
-                return
-            }
-            let current = identity.withLockedValue { $0 }
-            if current.certificate != watcher.certificateInUse { watcher.using(current) }
-            guard let changed = watcher.changed(identityID: current.identity.id) else { continue }
-            do {
-                try dialer.replaceIdentity(changed)
-                identity.withLockedValue { $0 = changed }
-                logger.info("the identity file has a new certificate; dialling with it")
-            } catch {
-                logger.warning("the identity file changed but cannot be used", metadata: ["error": "\(error.reason)"])
-            }
-        }
-    }
-
     /// Renews the certificate now and dials with the new one from the next circuit on.
     public func renewNow(path: String) async throws(ILSError) {
         let renewed = try await Renewal.renew(path: path)
-        try dialer.replaceIdentity(renewed)
-        identity.withLockedValue { $0 = renewed }
-        logger.info("certificate renewed")
+        keeper?.adopted(renewed)
+        _ = adopt(.renewed(renewed))
     }
 
-    /// Every few hours: renew the certificate when fewer than 30 days are left, and dial with the new one.
-    private func renewalLoop() async {
-        guard let identityPath else { return }
-        while true {
+    /// Dials with a renewed certificate (renewed here when due, or by someone else in the identity file) from the next
+    /// circuit on: the controller refuses circuits on a connection made with a replaced one.
+    private func adopt(_ change: IdentityKeeper.Change) -> Bool {
+        switch change {
+        case .renewed(let file), .changedOnDisk(let file):
             do {
-                try await Task.sleep(for: .seconds(6 * 3600))
+                try dialer.replaceIdentity(file)
             } catch {
-                return
+                logger.warning("the new certificate cannot be used", metadata: ["error": "\(error.reason)"])
+                return false
             }
-            guard Renewal.isDue(identity.withLockedValue { $0 }) else { continue }
-            do {
-                try await renewNow(path: identityPath)
-            } catch {
-                logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
-            }
+            logger.info(
+                "certificate renewed; dialling with it",
+                metadata: ["until": "\(file.identity.certificateNotAfter ?? 0)"]
+            )
+            return true
+        case .renewalFailed(let error):
+            logger.warning("certificate renewal failed; will retry", metadata: ["error": "\(error.reason)"])
+            return false
         }
     }
 }

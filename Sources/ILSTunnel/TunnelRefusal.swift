@@ -2,6 +2,7 @@ import Foundation
 import ILSClient
 import ILSFabric
 import NIOCore
+import NIOHTTP1
 
 /// What a local client hears when its circuit cannot be opened or the gateway refuses it: an HTTP/1.1 response in
 /// the gateway's JSON error format (`{"error": "<sentence>", "code": "<stable_code>"}`, docs/http-mode.md), so
@@ -54,7 +55,7 @@ struct TunnelRefusal: Equatable {
             String(decoding: $0, as: UTF8.self)
         }
         let body = (json ?? #"{"error":"the circuit was refused","code":"refused"}"#) + "\n"
-        let phrase = HTTPStatusPhrase.text(status)
+        let phrase = HTTPResponseStatus(statusCode: status).reasonPhrase
         return
             "HTTP/1.1 \(status) \(phrase)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
             + "Connection: close\r\nCache-Control: no-store\r\n\r\n" + body
@@ -73,18 +74,5 @@ struct TunnelRefusal: Equatable {
         channel.writeAndFlush(ByteBuffer(string: response)).flatMap {
             channel.close(mode: .output)
         }.whenFailure { _ in channel.close(promise: nil) }
-    }
-}
-
-enum HTTPStatusPhrase {
-    static func text(_ status: Int) -> String {
-        switch status {
-        case 403: "Forbidden"
-        case 404: "Not Found"
-        case 500: "Internal Server Error"
-        case 502: "Bad Gateway"
-        case 503: "Service Unavailable"
-        default: "Error"
-        }
     }
 }

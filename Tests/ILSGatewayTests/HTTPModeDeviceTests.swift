@@ -298,6 +298,34 @@ struct HTTPModeDeviceTests {
         }
     }
 
+    /// `ils-gateway renew` run on the gateway's identity file while HTTP mode runs: the controller then knows only the
+    /// new certificate and refuses a link made with the old one, so without picking it up the gateway, once its link
+    /// dropped (a controller restart), was refused for good and, after the grace, refused every client.
+    @Test(
+        "a certificate renewed in the identity file by someone else is picked up; after a controller restart devices get in"
+    )
+    func picksUpACertificateRenewedElsewhere() async throws {
+        try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = TimeSpan(nanoseconds: 200_000_000) }
+        ) { fixture in
+            let path = "\(fixture.cluster.directory)/identities/web.json"
+            let renewed = try await Renewal.renew(path: path)
+            #expect(
+                await TestCluster.eventually(.seconds(10)) {
+                    fixture.server.policyLinkCertificate == renewed.certificate
+                },
+                "the policy link still dials with the replaced certificate"
+            )
+            try await fixture.cluster.restartController()
+            // Past the grace: the policy now holds only if the link is bound again (with the new certificate).
+            try await Task.sleep(for: .seconds(1))
+            #expect(await TestCluster.eventually(.seconds(10)) { fixture.server.isReady })
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            let connection = try await fixture.connect(as: laptop)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
+        }
+    }
+
     /// The policy link says `ils-link: policy`; the controller registers it for pushes only (with `.combined` the
     /// relay tried the link, which refused the circuit with 404 `not_hosting`, and the device got 502
     /// `gateway_failed` instead of 503 `service_unavailable`).
