@@ -7,6 +7,7 @@ let swiftSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("InternalImportsByDefault"),
+    .define("ILS_APPLE_CODE_PATH", .when(traits: ["AppleCodePath"])),
 ]
 
 let package = Package(
@@ -19,6 +20,16 @@ let package = Package(
         .library(name: "ILSClient", targets: ["ILSClient"]),
         /// The fuzz targets' entry points, for the libFuzzer harness package in Tests/Fuzz.
         .library(name: "ILSFuzz", targets: ["ILSFuzz"]),
+    ],
+    traits: [
+        .trait(
+            name: "AppleCodePath",
+            description: """
+                Build ILSClient's closure on Linux the way it builds for iOS, macOS and visionOS: end-to-end records \
+                sealed through swift-crypto's Swift API (CryptoKit's, on Apple platforms) instead of BoringSSL's \
+                in-place AEAD. CI runs the overlay tests, unit and end to end, with it (docs/client-library.md).
+                """
+        )
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -48,14 +59,27 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        /// Keys, certificates, tokens, the end-to-end handshake (version 3) and records: swift-crypto only, so it
+        /// builds for Apple platforms and everything ILSClient reaches stays free of system libraries.
         .target(
             name: "ILSCrypto",
             dependencies: [
                 "ILSCore",
-                "CSodium",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// libsodium for what only handshake versions 1 and 2 need (BLAKE2b, secretstream): gateways serve devices
+        /// built before version 3. Never in ILSClient's closure (deploy/check-client-closure.sh).
+        .target(
+            name: "ILSSodium",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "CSodium",
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -96,6 +120,7 @@ let package = Package(
                 "ILSCore",
                 "ILSProxy",
                 "ILSCrypto",
+                "ILSSodium",
                 "ILSFabric",
                 "ILSClient",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -220,6 +245,7 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSCrypto",
+                "ILSSodium",
                 "ILSFabric",
                 "ILSProxy",
                 "ILSController",
@@ -306,6 +332,8 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSCrypto",
+                "ILSSodium",
                 "ILSFabric",
                 "ILSProxy",
                 "ILSTesting",
@@ -319,6 +347,7 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSCrypto",
+                "ILSSodium",
                 "ILSFabric",
                 "ILSProxy",
                 "ILSTesting",
@@ -331,7 +360,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ILSCryptoTests",
-            dependencies: ["ILSCore", "ILSCrypto", "ILSTesting"],
+            dependencies: [
+                "ILSCore", "ILSCrypto", "ILSSodium", "ILSTesting", "CSodium",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

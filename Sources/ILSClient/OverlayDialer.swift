@@ -1,5 +1,5 @@
 public import ILSCore
-import ILSCrypto
+package import ILSCrypto
 public import ILSFabric
 import NIOConcurrencyHelpers
 public import NIOCore
@@ -29,13 +29,31 @@ public final class OverlayDialer: Sendable {
     /// then closed, and the next circuit opens a new one.
     public let keepalive: FabricKeepalive
 
-    public init(
+    /// The end-to-end handshake this device speaks: the current version; tests play older devices with it.
+    private let handshakeVersion: any E2EHandshakeVersion
+
+    public convenience init(
         identity: IdentityFile,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
         keepalive: FabricKeepalive = .standard
     ) throws(ILSError) {
+        try self.init(
+            identity: identity,
+            eventLoop: eventLoop,
+            keepalive: keepalive,
+            handshakeVersion: E2EHandshake.version
+        )
+    }
+
+    package init(
+        identity: IdentityFile,
+        eventLoop: any EventLoop,
+        keepalive: FabricKeepalive,
+        handshakeVersion: any E2EHandshakeVersion
+    ) throws(ILSError) {
         self.eventLoop = eventLoop
         self.keepalive = keepalive
+        self.handshakeVersion = handshakeVersion
         self.current = NIOLockedValueBox(try Self.load(identity))
     }
 
@@ -139,7 +157,9 @@ public final class OverlayDialer: Sendable {
                 let pipeline = stream.pipeline.syncOperations
                 try pipeline.addHandler(StreamDataCodec())
                 try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                try pipeline.addHandler(E2EInitiatorHandler(credentials: credentials, service: service))
+                try pipeline.addHandler(
+                    E2EInitiatorHandler(credentials: credentials, service: service, version: self.handshakeVersion)
+                )
                 return stream
             }.flatMapErrorThrowing { error in
                 if let refused = error as? CircuitRefused {

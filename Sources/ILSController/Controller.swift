@@ -63,7 +63,7 @@ public struct Controller: Sendable {
         let identity = try authenticate(certificateDER: certificateDER, role: presented.role, purpose: "renewal")
         guard let publicKey = Base64URL.decode(request.publicKey), publicKey.count == 32,
             let proof = Base64URL.decode(request.proof),
-            Sodium.verify(
+            Ed25519.verify(
                 proof,
                 of: Array((ControllerAPI.RenewRequest.proofContext + presented.fingerprint).utf8),
                 publicKey: publicKey
@@ -279,7 +279,7 @@ public struct Controller: Sendable {
         guard lifetime > 0, lifetime <= 365 * 86400 else {
             throw ILSError(.invalidArgument, "a token's lifetime must be between 1 second and 365 days")
         }
-        let jti = Base64URL.encode(Sodium.randomBytes(16))
+        let jti = Base64URL.encode(SecureRandom.bytes(16))
         let claims = EnrollmentToken.Claims(
             iss: state.address.description,
             sub: identity.id,

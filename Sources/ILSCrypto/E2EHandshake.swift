@@ -1,4 +1,4 @@
-import CSodium
+import Crypto
 import Foundation
 public import ILSCore
 import SwiftASN1
@@ -13,10 +13,9 @@ public import X509
 /// enrolled Ed25519 identity key. A relay that substitutes a key, replays a hello or changes the service breaks a
 /// signature, and the circuit fails closed. (OpenZiti's end-to-end keys are not signed by the endpoints; ours are.)
 public enum E2EHandshake {
-    /// The version a device sends: 2 negotiates the record suite. A gateway also answers version 1 (no suite list,
-    /// secretstream records), so devices built before suites existed keep working.
-    public static let version: UInt8 = 2
-    static let versions: ClosedRange<UInt8> = 1...2
+    /// The version a device speaks: 3, the one built on CryptoKit's primitives alone. Gateways answer every version
+    /// they were given (`E2EResponder`): 1 and 2 from ILSSodium as well, so devices built before version 3 keep working.
+    public static let version: any E2EHandshakeVersion = E2EHandshakeV3()
 
     /// What both sides need: their own certificate and key, and the CA to judge the peer by.
     public struct Credentials: Sendable {
@@ -94,25 +93,33 @@ public enum E2EHandshake {
         return (try IdentityCertificate(der: der), certificate.notValidBefore...certificate.notValidAfter)
     }
 
-    /// BLAKE2b-256 over the length-prefixed parts (RFC 7693), so no two transcripts share an encoding. The label
-    /// names the version, so a transcript of one version is never one of another.
-    static func transcript(version: UInt8, _ parts: [[UInt8]]) -> [UInt8] {
+    /// What every version hashes into its transcript: the label `ils-e2e-vN` and then each part, each preceded by its
+    /// length as a big-endian u32, so no two transcripts share an encoding and a transcript of one version is never
+    /// one of another.
+    package static func transcriptInput(version: UInt8, _ parts: [[UInt8]]) -> [UInt8] {
         var input: [UInt8] = []
         for part in [Array("ils-e2e-v\(version)".utf8)] + parts {
             let length = UInt32(part.count)
             input += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
             input += part
         }
-        var out = [UInt8](repeating: 0, count: 32)
-        crypto_generichash(&out, 32, input, UInt64(input.count), nil, 0)
-        return out
+        return input
     }
 
-    /// Binds a crypto_kx session key to the transcript: BLAKE2b keyed with the session key over the transcript.
-    static func bind(_ key: [UInt8], to transcript: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        crypto_generichash(&out, out.count, transcript, UInt64(transcript.count), key, key.count)
-        return out
+    /// An X25519 public key's length (RFC 7748), in every version.
+    static let ephemeralKeyLength = 32
+
+    /// X25519 of our ephemeral key and the peer's (RFC 7748 §6.1), or `nil` for a peer key that is not 32 bytes or
+    /// gives the all-zero secret (a low-order point: the peer would learn nothing from it, and neither would we).
+    static func sharedSecret(
+        _ ours: Curve25519.KeyAgreement.PrivateKey,
+        _ peer: [UInt8]
+    ) -> SharedSecret? {
+        guard let peerKey = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: peer),
+            let shared = try? ours.sharedSecretFromKeyAgreement(with: peerKey),
+            shared.withUnsafeBytes({ $0.contains { $0 != 0 } })
+        else { return nil }
+        return shared
     }
 
     static func signed(_ role: String, _ transcript: [UInt8]) -> [UInt8] {

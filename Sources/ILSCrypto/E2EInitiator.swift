@@ -1,4 +1,4 @@
-import CSodium
+import Crypto
 public import Foundation
 public import ILSCore
 
@@ -7,35 +7,32 @@ public final class E2EInitiator {
     private let credentials: E2EHandshake.Credentials
     private let service: String
     private let suites: [E2ESuite]
-    private let version: UInt8
-    private var ephemeralPublic = [UInt8](repeating: 0, count: Int(crypto_kx_PUBLICKEYBYTES))
-    private var ephemeralSecret = [UInt8](repeating: 0, count: Int(crypto_kx_SECRETKEYBYTES))
+    private let version: any E2EHandshakeVersion
+    private let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+    private let ephemeralPublic: [UInt8]
     private let nonce: [UInt8]
+    private let recordsPerKey: UInt64
 
-    /// `suites` is what this device offers for its records, most preferred first (at least one).
-    public convenience init(
+    /// A device speaking `version` (by default the current one, 3), offering `suites` for its records, most
+    /// preferred first (by default all the version has). Tests and the fuzz targets pass older versions from
+    /// ILSSodium to check that gateways still serve such devices.
+    public init(
         credentials: E2EHandshake.Credentials,
         service: String,
-        suites: [E2ESuite] = E2ESuite.offered
+        version: any E2EHandshakeVersion = E2EHandshake.version,
+        suites: [E2ESuite]? = nil,
+        recordsPerKey: UInt64 = E2ERecord.recordsPerKey
     ) {
-        self.init(credentials: credentials, service: service, suites: suites, version: E2EHandshake.version)
-    }
-
-    /// A device speaking an older handshake `version`; version 1 offers no suites (its records are secretstream's).
-    /// Tests use it to check that gateways still serve such devices.
-    package init(credentials: E2EHandshake.Credentials, service: String, suites: [E2ESuite], version: UInt8) {
-        precondition(!suites.isEmpty && E2EHandshake.versions.contains(version))
-        Sodium.ensureInitialized()
+        let suites = version.negotiatesSuite ? (suites ?? version.suites) : version.suites
+        // Offering a suite the version does not agree is allowed (the hostile tests do it); the gateway refuses it.
+        precondition(!suites.isEmpty)
         self.credentials = credentials
         self.service = service
-        self.suites = version == 1 ? [.xchacha20poly1305] : suites
+        self.suites = suites
         self.version = version
-        crypto_kx_keypair(&ephemeralPublic, &ephemeralSecret)
-        nonce = Sodium.randomBytes(32)
-    }
-
-    deinit {
-        sodium_memzero(&ephemeralSecret, ephemeralSecret.count)
+        self.ephemeralPublic = Array(ephemeral.publicKey.rawRepresentation)
+        self.nonce = SecureRandom.bytes(32)
+        self.recordsPerKey = recordsPerKey
     }
 
     private var offeredSuites: [UInt8] { suites.map(\.rawValue) }
@@ -44,12 +41,12 @@ public final class E2EInitiator {
     public func clientHello() -> [UInt8] {
         var writer = HandshakeWriter()
         writer.u8(E2EHandshake.MessageType.clientHello.rawValue)
-        writer.u8(version)
+        writer.u8(version.number)
         writer.variable(Array(service.utf8))
         writer.variable(credentials.certificateDER)
         writer.fixed(ephemeralPublic)
         writer.fixed(nonce)
-        if version > 1 { writer.variable(offeredSuites) }
+        if version.negotiatesSuite { writer.variable(offeredSuites) }
         return writer.bytes
     }
 
@@ -59,14 +56,14 @@ public final class E2EInitiator {
     ) {
         var reader = HandshakeReader(bytes: message)
         guard try reader.u8() == E2EHandshake.MessageType.serverHello.rawValue,
-            try reader.u8() == version
+            try reader.u8() == version.number
         else { throw E2EHandshake.failure("unexpected message or version") }
-        let chosen = version > 1 ? try reader.u8() : E2ESuite.xchacha20poly1305.rawValue
-        guard let suite = E2ESuite(rawValue: chosen), suites.contains(suite) else {
+        let chosen = version.negotiatesSuite ? try reader.u8() : suites[0].rawValue
+        guard let suite = E2ESuite(rawValue: chosen), suites.contains(suite), version.suites.contains(suite) else {
             throw E2EHandshake.failure("the gateway chose record protection this device did not offer")
         }
         let peerCertificate = try reader.variable()
-        let peerEphemeral = try reader.fixed(Int(crypto_kx_PUBLICKEYBYTES))
+        let peerEphemeral = try reader.fixed(E2EHandshake.ephemeralKeyLength)
         let peerNonce = try reader.fixed(32)
         let signature = try reader.fixed(64)
         let peerHeader = try reader.fixed(suite.headerLength)
@@ -78,26 +75,28 @@ public final class E2EInitiator {
             Array(service.utf8), Array(credentials.identityID.utf8), Array(peer.id.utf8), credentials.certificateDER,
             peerCertificate, ephemeralPublic, peerEphemeral, nonce, peerNonce,
         ]
-        if version > 1 { parts += [offeredSuites, [suite.rawValue]] }
-        let transcript = E2EHandshake.transcript(version: version, parts)
+        if version.negotiatesSuite { parts += [offeredSuites, [suite.rawValue]] }
+        let transcript = version.transcript(parts)
         guard
-            Sodium.verify(signature, of: E2EHandshake.signed("responder", transcript), publicKey: peer.publicKey)
+            Ed25519.verify(signature, of: E2EHandshake.signed("responder", transcript), publicKey: peer.publicKey)
         else { throw E2EHandshake.failure("the gateway's signature does not match the handshake") }
 
-        var receiveKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
-        var sendKey = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
-        guard
-            crypto_kx_client_session_keys(&receiveKey, &sendKey, ephemeralPublic, ephemeralSecret, peerEphemeral)
-                == 0
-        else { throw E2EHandshake.failure("the gateway's ephemeral key is unusable") }
-        let sender = E2ERecordSender(suite: suite, key: E2EHandshake.bind(sendKey, to: transcript))
-        let receiver = try E2ERecordReceiver(
-            suite: suite,
-            key: E2EHandshake.bind(receiveKey, to: transcript),
-            header: peerHeader
+        guard let shared = E2EHandshake.sharedSecret(ephemeral, peerEphemeral) else {
+            throw E2EHandshake.failure("the gateway's ephemeral key is unusable")
+        }
+        let keys = version.keys(
+            sharedSecret: shared,
+            initiatorEphemeral: ephemeralPublic,
+            responderEphemeral: peerEphemeral,
+            transcript: transcript
         )
-        sodium_memzero(&receiveKey, receiveKey.count)
-        sodium_memzero(&sendKey, sendKey.count)
+        let sender = version.sender(suite: suite, key: keys.initiatorToResponder, recordsPerKey: recordsPerKey)
+        let receiver = try version.receiver(
+            suite: suite,
+            key: keys.responderToInitiator,
+            header: peerHeader,
+            recordsPerKey: recordsPerKey
+        )
 
         var writer = HandshakeWriter()
         writer.u8(E2EHandshake.MessageType.clientFinished.rawValue)

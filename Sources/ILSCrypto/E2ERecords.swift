@@ -1,9 +1,8 @@
-import CSodium
 import Crypto
 import Foundation
 public import ILSCore
 
-#if canImport(CCryptoBoringSSL)
+#if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
 // swift-crypto's BoringSSL (its backend wherever CryptoKit is absent): its AEAD API seals and opens in place, which
 // the Swift API cannot (see `AESGCMRecords`).
 import CCryptoBoringSSL
@@ -11,25 +10,25 @@ import CCryptoBoringSSL
 
 /// How an end-to-end circuit's records are protected, agreed in the handshake (docs/protocol.md, "Records").
 ///
-/// Both suites add the same 17 bytes to a record, bind each record to its position in the direction, and mark the
-/// direction's last record FINAL, so the layers above don't depend on which one a circuit runs.
+/// Every suite adds the same 17 bytes to a record, binds each record to its position in the direction, and marks the
+/// direction's last record FINAL, so the layers above don't depend on which one a circuit runs. Which versions may
+/// agree which suite: `E2EHandshakeVersion.suites`.
 public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     /// libsodium's `crypto_secretstream_xchacha20poly1305`: the only suite of handshake version 1, and the one for a
-    /// device without AES instructions.
+    /// device without AES instructions (version 2). Implemented in ILSSodium.
     case xchacha20poly1305 = 1
-    /// AES-256-GCM with a counter nonce (swift-crypto: BoringSSL's VAES/AES-NI code, CryptoKit on Apple systems), about
-    /// three times libsodium's secretstream on a CPU with AES instructions.
+    /// AES-256-GCM with a counter nonce, its iv and key changes derived with BLAKE2b: version 2's. ILSSodium.
     case aes256gcm = 2
+    /// The same records as suite 2, the iv and key changes derived with HKDF-SHA256: version 3's, everywhere
+    /// (swift-crypto: BoringSSL's VAES/AES-NI code on Linux, CryptoKit on Apple platforms).
+    case aes256gcmHKDF = 3
 
-    /// What a device offers, most preferred first.
-    public static let offered: [E2ESuite] = [.aes256gcm, .xchacha20poly1305]
-
-    /// The bytes each side's handshake message carries for the direction it sends (secretstream's header; AES-GCM
-    /// needs none: its nonces come from the key).
+    /// The bytes each side's handshake message carries for the direction it sends (secretstream's 24-byte header,
+    /// `crypto_secretstream_xchacha20poly1305_HEADERBYTES`; AES-GCM needs none: its nonces come from the key).
     public var headerLength: Int {
         switch self {
-        case .xchacha20poly1305: SecretStream.headerLength
-        case .aes256gcm: 0
+        case .xchacha20poly1305: 24
+        case .aes256gcm, .aes256gcmHKDF: 0
         }
     }
 
@@ -37,6 +36,7 @@ public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         switch self {
         case .xchacha20poly1305: "xchacha20poly1305-secretstream"
         case .aes256gcm: "aes256gcm"
+        case .aes256gcmHKDF: "aes256gcm-hkdf-sha256"
         }
     }
 }
@@ -46,34 +46,51 @@ public enum E2ERecord {
     public static let overhead = 17
     /// How many AES-GCM records one key seals before both ends move to the next (see `AESGCMRecords`).
     public static let recordsPerKey: UInt64 = 1 << 20
+
+    /// The refusal for a record that fails authentication (altered, reordered, replayed, after FINAL).
+    public static let invalidRecord = ILSError(
+        ILSError.Code("e2e_record_invalid", exitCode: 70),
+        "an end-to-end record failed authentication; the circuit was tampered with and is closed"
+    )
 }
 
-/// The sending half of a circuit's records. Holds the suite's state inline (one object per direction besides the
-/// key), since a gateway keeps one pair per open stream.
+/// A record protection implemented outside this module (libsodium's secretstream, in ILSSodium), behind the same
+/// seal-into and open-into calls as the AES-GCM suites.
+package protocol E2ERecordSealing: AnyObject {
+    /// What the receiver needs first, sent in this side's handshake message.
+    var header: [UInt8] { get }
+    func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool)
+}
+
+package protocol E2ERecordOpening: AnyObject {
+    func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError) -> Bool
+}
+
+/// The sending half of a circuit's records. Keeps the AES-GCM state inline (the suites every current device uses),
+/// since a gateway keeps one pair per open stream.
 public final class E2ERecordSender {
-    private let stream: SecretStreamSender?
     private var gcm: AESGCMRecords?
+    private let other: (any E2ERecordSealing)?
     public let suite: E2ESuite
     /// What the receiver needs first (`suite.headerLength` bytes), sent in this side's handshake message.
-    public var header: [UInt8] { stream?.header ?? [] }
+    public var header: [UInt8] { other?.header ?? [] }
 
-    /// A sender keyed with a 32-byte key. `recordsPerKey` (AES-GCM only) is how many records one key seals before
-    /// both ends move to the next; tests lower it to reach the change.
-    public init(suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64 = E2ERecord.recordsPerKey) {
+    package init(suite: E2ESuite, gcm: AESGCMRecords) {
         self.suite = suite
-        switch suite {
-        case .xchacha20poly1305:
-            stream = SecretStreamSender(key: key)
-        case .aes256gcm:
-            stream = nil
-            gcm = AESGCMRecords(key: key, recordsPerKey: recordsPerKey)
-        }
+        self.gcm = gcm
+        self.other = nil
+    }
+
+    package init(suite: E2ESuite, sealer: any E2ERecordSealing) {
+        self.suite = suite
+        self.gcm = nil
+        self.other = sealer
     }
 
     /// Seals `plaintext` straight into `output` (at least `plaintext.count + E2ERecord.overhead` bytes).
     public func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
-        if let stream {
-            stream.seal(plaintext, into: output, final: final)
+        if let other {
+            other.seal(plaintext, into: output, final: final)
         } else {
             gcm!.seal(plaintext, into: output, final: final)
         }
@@ -91,31 +108,24 @@ public final class E2ERecordSender {
 
 /// The receiving half of a circuit's records.
 public final class E2ERecordReceiver {
-    private let stream: SecretStreamReceiver?
     private var gcm: AESGCMRecords?
+    private let other: (any E2ERecordOpening)?
     /// Set by the first refusal: nothing opens after it.
     private var spent = false
     public let suite: E2ESuite
     /// Whether the FINAL record has been opened; nothing opens after it.
     public private(set) var finished = false
 
-    /// A receiver for records sealed with `key`; `header` is what the sender's handshake message carried. Throws
-    /// when the header is not the suite's length or not one secretstream accepts.
-    public init(
-        suite: E2ESuite,
-        key: [UInt8],
-        header: [UInt8],
-        recordsPerKey: UInt64 = E2ERecord.recordsPerKey
-    ) throws(ILSError) {
+    package init(suite: E2ESuite, gcm: AESGCMRecords) {
         self.suite = suite
-        switch suite {
-        case .xchacha20poly1305:
-            stream = try SecretStreamReceiver(key: key, header: header)
-        case .aes256gcm:
-            guard header.isEmpty, key.count == AESGCMRecords.keyLength else { throw SecretStream.invalidRecord }
-            stream = nil
-            gcm = AESGCMRecords(key: key, recordsPerKey: recordsPerKey)
-        }
+        self.gcm = gcm
+        self.other = nil
+    }
+
+    package init(suite: E2ESuite, opener: any E2ERecordOpening) {
+        self.suite = suite
+        self.gcm = nil
+        self.other = opener
     }
 
     /// Opens `record` straight into `output` (at least `record.count - E2ERecord.overhead` bytes); returns whether it
@@ -124,11 +134,11 @@ public final class E2ERecordReceiver {
     public func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError)
         -> Bool
     {
-        guard !finished, !spent else { throw SecretStream.invalidRecord }
+        guard !finished, !spent else { throw E2ERecord.invalidRecord }
         let final: Bool
         do throws(ILSError) {
-            if let stream {
-                final = try stream.open(record, into: output)
+            if let other {
+                final = try other.open(record, into: output)
             } else {
                 final = try gcm!.open(record, into: output)
             }
@@ -142,7 +152,7 @@ public final class E2ERecordReceiver {
 
     /// Opens one record into a new array.
     public func open(_ record: [UInt8]) throws(ILSError) -> (plaintext: [UInt8], final: Bool) {
-        guard record.count >= E2ERecord.overhead else { throw SecretStream.invalidRecord }
+        guard record.count >= E2ERecord.overhead else { throw E2ERecord.invalidRecord }
         var plaintext = [UInt8](repeating: 0, count: record.count - E2ERecord.overhead)
         let final = record.withUnsafeBytes { input in
             plaintext.withUnsafeMutableBytes { output in
@@ -153,18 +163,55 @@ public final class E2ERecordReceiver {
     }
 }
 
+/// How an AES-GCM suite derives its records' iv from a direction key and the next key at a key change.
+package struct AESGCMKeySchedule: Sendable {
+    /// The 12-byte iv for records under `key`.
+    let iv: @Sendable ([UInt8]) -> [UInt8]
+    /// The key after `key`, at every `recordsPerKey` records.
+    let next: @Sendable ([UInt8]) -> [UInt8]
+
+    package init(iv: @escaping @Sendable ([UInt8]) -> [UInt8], next: @escaping @Sendable ([UInt8]) -> [UInt8]) {
+        self.iv = iv
+        self.next = next
+    }
+
+    /// Suite 3: `iv = HKDF-SHA256(ikm = key, salt = none, info = "ils-e2e-v3 iv", L = 12)` and
+    /// `next key = HKDF-SHA256(ikm = key, salt = none, info = "ils-e2e-v3 rekey", L = 32)` (RFC 5869; no salt means
+    /// 32 zero bytes).
+    package static let hkdf = AESGCMKeySchedule(
+        iv: { derive($0, "ils-e2e-v3 iv", 12) },
+        next: { derive($0, "ils-e2e-v3 rekey", AESGCMRecords.keyLength) }
+    )
+
+    private static func derive(_ key: [UInt8], _ info: String, _ length: Int) -> [UInt8] {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: key),
+            info: Array(info.utf8),
+            outputByteCount: length
+        ).withUnsafeBytes { Array($0) }
+    }
+}
+
 /// One direction of AES-256-GCM records: `u8 flags ‖ ciphertext ‖ 16-byte tag`, flags `0x01` on the FINAL record and
 /// `0x00` otherwise, authenticated as the additional data.
 ///
-/// The nonce of record `n` (counting from 0) is `iv XOR (0⁴ ‖ u64 n)`, where `iv` is the first 12 bytes of
-/// `BLAKE2b-128(key = direction key, "ils-e2e-v2 iv")`: a receiver that opens a record at any other position than
-/// the sender sealed it fails the tag, which is what refuses reordering, replay, dropping and splicing. The key is
-/// unique to the circuit and direction (the handshake's ephemeral keys and nonces go into it), so no nonce repeats
-/// under a key. After every `recordsPerKey` records both ends replace the key with `BLAKE2b-256(key = key,
-/// "ils-e2e-v2 rekey")`, keeping the data under one key (at most 2²⁰ records of 64 KiB, 2³² AES blocks) far below
-/// where GCM's confidentiality bound starts to matter, however long a circuit lives.
-struct AESGCMRecords {
-    static let keyLength = 32
+/// The nonce of record `n` (counting from 0 for the whole direction, across key changes) is `iv XOR (0⁴ ‖ u64 n)`,
+/// where `iv` comes from the direction's first key by the suite's `AESGCMKeySchedule` and stays the same after a key
+/// change: a receiver that opens a record at any other position than the sender sealed it fails the tag, which is
+/// what refuses reordering, replay, dropping and splicing. The key is unique to the circuit and direction (the
+/// handshake's ephemeral keys and nonces go into it), so no nonce repeats under a key. After every `recordsPerKey`
+/// records both ends replace the key with the schedule's next one, keeping the data under one key (at most 2²⁰
+/// records of 64 KiB, 2³² AES blocks) far below where GCM's confidentiality bound starts to matter, however long a
+/// circuit lives.
+package struct AESGCMRecords {
+    package static let keyLength = 32
+    /// Which AEAD code seals and opens: BoringSSL's in place on Linux, swift-crypto's Swift API (CryptoKit's) on Apple
+    /// platforms and in the `AppleCodePath` build.
+    #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
+    package static let backend = "boringssl-in-place"
+    #else
+    package static let backend = "swift-crypto-api"
+    #endif
     static let finalFlag: UInt8 = 0x01
 
     private var key: SymmetricKey
@@ -173,31 +220,16 @@ struct AESGCMRecords {
     private let ivTail: UInt64
     private var counter: UInt64 = 0
     private let recordsPerKey: UInt64
+    private let schedule: AESGCMKeySchedule
 
-    init(key: [UInt8], recordsPerKey: UInt64) {
+    package init(key: [UInt8], schedule: AESGCMKeySchedule, recordsPerKey: UInt64) {
         precondition(key.count == Self.keyLength && recordsPerKey > 0)
         self.key = SymmetricKey(data: key)
-        let iv = Self.derive(key, "ils-e2e-v2 iv", length: 16)
+        let iv = schedule.iv(key)
         self.ivHead = iv[0..<4].reduce(0) { $0 << 8 | UInt32($1) }
         self.ivTail = iv[4..<12].reduce(0) { $0 << 8 | UInt64($1) }
         self.recordsPerKey = recordsPerKey
-    }
-
-    /// BLAKE2b with `key` as its key over `label`.
-    private static func derive(_ key: some ContiguousBytes, _ label: String, length: Int) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: length)
-        let message = Array(label.utf8)
-        key.withUnsafeBytes { key in
-            _ = crypto_generichash(
-                &out,
-                length,
-                message,
-                UInt64(message.count),
-                key.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                key.count
-            )
-        }
-        return out
+        self.schedule = schedule
     }
 
     /// Moves to the next record: to the next key first when the current one has sealed its share. Returns the
@@ -206,7 +238,7 @@ struct AESGCMRecords {
         // 2⁶⁴ records would take centuries at any rate a machine can seal them.
         precondition(counter < UInt64.max, "end-to-end record counter exhausted")
         if counter > 0, counter % recordsPerKey == 0 {
-            key = SymmetricKey(data: Self.derive(key, "ils-e2e-v2 rekey", length: Self.keyLength))
+            key = SymmetricKey(data: schedule.next(key.withUnsafeBytes { Array($0) }))
         }
         defer { counter += 1 }
         return (ivHead, ivTail ^ counter)
@@ -233,7 +265,7 @@ struct AESGCMRecords {
             rebasing: output[(1 + plaintext.count)..<(E2ERecord.overhead + plaintext.count)]
         )
         withNextNonce { nonce, key in
-            #if canImport(CCryptoBoringSSL)
+            #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
             Self.sealInPlace(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
             #else
             Self.sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
@@ -248,25 +280,25 @@ struct AESGCMRecords {
     ) throws(ILSError) -> Bool {
         guard record.count >= E2ERecord.overhead, output.count >= record.count - E2ERecord.overhead,
             record[0] & ~Self.finalFlag == 0
-        else { throw SecretStream.invalidRecord }
+        else { throw E2ERecord.invalidRecord }
         let length = record.count - E2ERecord.overhead
         let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])
         let tag = UnsafeRawBufferPointer(rebasing: record[(1 + length)...])
         let flags = UnsafeRawBufferPointer(rebasing: record[0..<1])
         let plaintext = UnsafeMutableRawBufferPointer(rebasing: output[..<length])
         let opened = withNextNonce { nonce, key in
-            #if canImport(CCryptoBoringSSL)
+            #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
             Self.openInPlace(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
             #else
             Self.openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
             #endif
         }
-        guard opened else { throw SecretStream.invalidRecord }
+        guard opened else { throw E2ERecord.invalidRecord }
         return record[0] == Self.finalFlag
     }
 }
 
-#if canImport(CCryptoBoringSSL)
+#if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
 extension AESGCMRecords {
     /// Runs `body` with an AES-256-GCM context for `key` on the stack, wiped afterwards. Setting one up costs far less
     /// than sealing a record, and keeping one per direction would add 1.1 KiB to every open stream.

@@ -16,7 +16,7 @@ public enum EnrollmentProof {
     public static func verifiedPublicKey(_ request: ControllerAPI.EnrollRequest) throws(ILSError) -> [UInt8] {
         guard let publicKey = Base64URL.decode(request.publicKey), publicKey.count == 32,
             let proof = Base64URL.decode(request.proof),
-            Sodium.verify(
+            Ed25519.verify(
                 proof,
                 of: Array((ControllerAPI.EnrollRequest.proofContext + request.token).utf8),
                 publicKey: publicKey

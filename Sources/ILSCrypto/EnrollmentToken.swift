@@ -63,7 +63,7 @@ public enum EnrollmentToken {
         let header = Base64URL.encode(Array(#"{"alg":"EdDSA","typ":"JWT"}"#.utf8))
         let payload = Base64URL.encode(Array((try? encoder.encode(claims)) ?? Data()))
         let signingInput = "\(header).\(payload)"
-        let signature = Sodium.sign(Array(signingInput.utf8), seed: seed)
+        let signature = Ed25519.sign(Array(signingInput.utf8), seed: seed)
         return "\(signingInput).\(Base64URL.encode(signature))"
     }
 
@@ -90,7 +90,7 @@ public enum EnrollmentToken {
     /// Parses and verifies: signature by `publicKey`, then expiry against `now` (Unix seconds).
     public static func verify(_ token: String, publicKey: [UInt8], now: Int64) throws(ILSError) -> Claims {
         let parsed = try parse(token)
-        guard Sodium.verify(parsed.signature, of: parsed.signingInput, publicKey: publicKey) else {
+        guard Ed25519.verify(parsed.signature, of: parsed.signingInput, publicKey: publicKey) else {
             throw EnrollmentRefusal.badSignature.error
         }
         try checkExpiry(parsed.claims, now: now)

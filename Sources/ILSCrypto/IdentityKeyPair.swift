@@ -1,15 +1,16 @@
 import Crypto
 public import ILSCore
 
-/// An identity's Ed25519 key pair, generated on this machine by libsodium.
+/// An identity's Ed25519 key pair, generated on this machine (swift-crypto: BoringSSL on Linux, CryptoKit on Apple
+/// platforms). The same 32-byte seed and public key libsodium's `crypto_sign_keypair` makes (RFC 8032 §5.1.5).
 public struct IdentityKeyPair: Sendable {
     public let publicKey: [UInt8]
     private let seed: [UInt8]
 
-    /// A fresh key pair from libsodium's `crypto_sign_keypair`.
+    /// A fresh key pair from the system's CSPRNG.
     public static func generate() -> IdentityKeyPair {
-        let (publicKey, seed) = Sodium.signKeyPair()
-        return IdentityKeyPair(publicKey: publicKey, seed: seed)
+        let key = Curve25519.Signing.PrivateKey()
+        return IdentityKeyPair(publicKey: Array(key.publicKey.rawRepresentation), seed: Array(key.rawRepresentation))
     }
 
     private init(publicKey: [UInt8], seed: [UInt8]) {
@@ -32,7 +33,7 @@ public struct IdentityKeyPair: Sendable {
     public var seedForSigning: [UInt8] { seed }
 
     public func sign(_ message: [UInt8]) -> [UInt8] {
-        Sodium.sign(message, seed: seed)
+        Ed25519.sign(message, seed: seed)
     }
 
     /// PKCS#8 PEM (RFC 8410), the form TLS stacks load.

@@ -3,10 +3,15 @@ public import ILSCore
 
 #if canImport(Glibc)
 import Glibc
+/// `write(2)`, named apart from `SecureFile.write`; one spelling per C library, so no platform's module is named where
+/// it does not exist.
+private let systemWrite = Glibc.write
 #elseif canImport(Musl)
 import Musl
+private let systemWrite = Musl.write
 #elseif canImport(Darwin)
 import Darwin
+private let systemWrite = Darwin.write
 #endif
 
 /// Writes files that hold secrets: mode 0600 from the first byte, atomically, never half-written.
@@ -108,7 +113,7 @@ public enum SecureFile {
         data.withUnsafeBytes { buffer -> Bool in
             var offset = 0
             while offset < buffer.count {
-                let result = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                let result = systemWrite(fd, buffer.baseAddress! + offset, buffer.count - offset)
                 if result < 0 {
                     if errno == EINTR { continue }
                     return false

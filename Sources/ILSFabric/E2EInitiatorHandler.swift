@@ -44,9 +44,14 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     private var output = Output.open
     private let service: String
 
-    public init(credentials: E2EHandshake.Credentials, service: String) {
+    /// `version` is the handshake this device speaks: the current one unless a test plays an older device.
+    public init(
+        credentials: E2EHandshake.Credentials,
+        service: String,
+        version: any E2EHandshakeVersion = E2EHandshake.version
+    ) {
         self.service = service
-        self.state = .idle(E2EInitiator(credentials: credentials, service: service))
+        self.state = .idle(E2EInitiator(credentials: credentials, service: service, version: version))
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {

@@ -61,7 +61,7 @@ package struct E2ERecordLayer {
     package func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (
         ByteBuffer, final: Bool
     ) {
-        guard record.readableBytes >= E2ERecord.overhead else { throw SecretStream.invalidRecord }
+        guard record.readableBytes >= E2ERecord.overhead else { throw E2ERecord.invalidRecord }
         let length = record.readableBytes - E2ERecord.overhead
         var plaintext = allocator.buffer(capacity: max(length, 1))
         var result: Result<Bool, ILSError> = .success(false)

@@ -34,13 +34,16 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private let onEstablished: OnEstablished
     private var batch = RecordBatch()
 
+    /// `versions` is every handshake version this gateway answers (a gateway passes all of them; see
+    /// `E2EResponder`).
     public init(
         credentials: E2EHandshake.Credentials,
+        versions: [any E2EHandshakeVersion] = [E2EHandshake.version],
         authorize: @escaping Authorize,
         onEstablished: @escaping OnEstablished,
         handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout
     ) {
-        self.state = .awaitingHello(E2EResponder(credentials: credentials))
+        self.state = .awaitingHello(E2EResponder(credentials: credentials, versions: versions))
         self.handshakeTimeout = handshakeTimeout
         self.authorize = authorize
         self.onEstablished = onEstablished

@@ -2,6 +2,7 @@ import Foundation
 import ILSCore
 import ILSCrypto
 import ILSFabric
+import ILSSodium
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
@@ -34,7 +35,7 @@ public enum FuzzSeeds {
         _ fixtures: FuzzFixtures
     ) throws -> (hello: [UInt8], serverHello: [UInt8], finished: [UInt8]) {
         let initiator = E2EInitiator(credentials: fixtures.device.credentials, service: FuzzFixtures.service)
-        let responder = E2EResponder(credentials: fixtures.gateway.credentials)
+        let responder = E2EResponder(credentials: fixtures.gateway.credentials, versions: E2EHandshakeVersions.all)
         let hello = initiator.clientHello()
         let (serverHello, _, _) = try responder.receiveClientHello(hello, now: FuzzFixtures.now)
         let (finished, _) = try initiator.receiveServerHello(serverHello, now: FuzzFixtures.now)
@@ -84,15 +85,15 @@ public enum FuzzSeeds {
 
     private static func records() -> [(name: String, bytes: [UInt8])] {
         func sealed(_ suite: E2ESuite, _ plaintexts: [String], final: Bool) -> [UInt8] {
-            let sender = E2ERecordSender(
-                suite: suite,
+            let sender = E2ERecordSuites.sender(
+                suite,
                 key: E2ERecordTarget.key,
                 recordsPerKey: E2ERecordTarget.recordsPerKey
             )
             let layer = E2ERecordLayer(
                 session: E2ESession(
                     sender: sender,
-                    receiver: try! E2ERecordReceiver(suite: suite, key: E2ERecordTarget.key, header: sender.header),
+                    receiver: try! E2ERecordSuites.receiver(suite, key: E2ERecordTarget.key, header: sender.header),
                     peer: FuzzFixtures.shared.deviceCertificate,
                     service: FuzzFixtures.service
                 )

@@ -3,6 +3,7 @@ public import ILSCore
 public import ILSCrypto
 public import ILSFabric
 import ILSProxy
+import ILSSodium
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -222,6 +223,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                     try pipeline.addHandler(
                         E2EResponderHandler(
                             credentials: shared.context.credentials,
+                            versions: E2EHandshakeVersions.all,
                             authorize: { peer, requested in
                                 let decision = shared.context.policy.decide(
                                     peer,

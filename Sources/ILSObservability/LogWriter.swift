@@ -4,6 +4,14 @@ import NIOPosix
 
 #if canImport(Glibc)
 import Glibc
+/// `write(2)`, named apart from `LogWriter.write`.
+private let systemWrite = Glibc.write
+#elseif canImport(Musl)
+import Musl
+private let systemWrite = Musl.write
+#elseif canImport(Darwin)
+import Darwin
+private let systemWrite = Darwin.write
 #endif
 
 /// Writes finished log lines to a file descriptor (stderr in the binary), each line whole.
@@ -77,7 +85,7 @@ public final class LogWriter: Sendable {
             bytes.withUnsafeBytes { bytes in
                 var offset = 0
                 while offset < bytes.count {
-                    let written = Glibc.write(fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                    let written = systemWrite(fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
                     if written < 0, errno == EINTR { continue }
                     if written <= 0 { break }
                     offset += written

@@ -4,10 +4,14 @@ import ILSObservability
 
 #if canImport(Glibc)
 import Glibc
+/// `exit(3)`, named apart from `ParsableCommand.exit(withError:)`.
+private let systemExit = Glibc.exit
 #elseif canImport(Musl)
 import Musl
+private let systemExit = Musl.exit
 #elseif canImport(Darwin)
 import Darwin
+private let systemExit = Darwin.exit
 #endif
 
 /// `ils-gateway`: one binary, one subcommand per role.
@@ -62,7 +66,7 @@ struct ILSGatewayCommand: AsyncParsableCommand {
         } catch let error as ILSError {
             LogWriter.standardError.flushAll()
             writeToStandardError("ils-gateway: \(error.reason)\n")
-            Glibc.exit(error.code.exitCode)
+            systemExit(error.code.exitCode)
         } catch {
             exit(withError: error)
         }

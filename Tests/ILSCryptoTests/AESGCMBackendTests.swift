@@ -4,7 +4,7 @@ import Testing
 @testable import ILSCrypto
 
 // Only where both backends exist: elsewhere (Apple systems) records take the Swift-API path alone.
-#if canImport(CCryptoBoringSSL)
+#if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
 /// On Linux, AES-GCM records are sealed and opened through BoringSSL's AEAD in place; on Apple systems through
 /// swift-crypto's Swift API (CryptoKit). Both must make and take the same bytes.
 @Suite("AES-GCM record backends")

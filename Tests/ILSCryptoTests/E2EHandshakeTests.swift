@@ -1,6 +1,7 @@
 import Foundation
 import ILSCore
 import ILSCrypto
+import ILSSodium
 import ILSTesting
 import Testing
 
@@ -24,6 +25,11 @@ struct E2EParties {
         trusting: CertificateAuthority? = nil
     ) throws -> E2EHandshake.Credentials {
         try TestIdentities.credentials(authority, name: name, role: role, trusting: trusting)
+    }
+
+    /// The newest handshake version that agrees `suite`.
+    static func version(for suite: E2ESuite) -> any E2EHandshakeVersion {
+        E2EHandshakeVersions.all.last { $0.suites.contains(suite) }!
     }
 }
 
@@ -135,8 +141,14 @@ struct E2EHandshakeTests {
     @Test("altered, reordered, duplicated and post-final records are refused", arguments: E2ESuite.allCases)
     func recordIntegrity(suite: E2ESuite) throws {
         let parties = try E2EParties()
-        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [suite])
-        let responder = E2EResponder(credentials: parties.gateway)
+        let version = E2EParties.version(for: suite)
+        let initiator = E2EInitiator(
+            credentials: parties.device,
+            service: "claude-api",
+            version: version,
+            suites: [suite]
+        )
+        let responder = E2EResponder(credentials: parties.gateway, versions: E2EHandshakeVersions.all)
         let (finished, device) = try initiator.receiveServerHello(
             try responder.receiveClientHello(initiator.clientHello()).serverHello
         )
@@ -150,8 +162,8 @@ struct E2EHandshakeTests {
 
         // A fresh pair for each case: a failed open leaves the receiver unusable, as it should.
         func pair() throws -> (E2ESession, E2ESession) {
-            let i = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [suite])
-            let r = E2EResponder(credentials: parties.gateway)
+            let i = E2EInitiator(credentials: parties.device, service: "claude-api", version: version, suites: [suite])
+            let r = E2EResponder(credentials: parties.gateway, versions: E2EHandshakeVersions.all)
             let (f, d) = try i.receiveServerHello(try r.receiveClientHello(i.clientHello()).serverHello)
             return (d, try r.receiveClientFinished(f))
         }

@@ -1,25 +1,35 @@
 import Foundation
 import ILSCore
 import ILSCrypto
+import ILSSodium
 import Testing
 
 /// Which record protection a circuit runs, how device and gateway agree on it, and what the AES-GCM records refuse.
 @Suite("End-to-end record suites")
 struct E2ESuiteTests {
-    /// A whole handshake between a device offering `offered` (speaking `version`) and a gateway accepting `accepted`.
+    static let v1 = E2EHandshakeLegacy(1)
+    static let v2 = E2EHandshakeLegacy(2)
+
+    /// A gateway's responder: every version, as `serve` runs it.
+    static func gateway(_ parties: E2EParties, suites: Set<E2ESuite> = Set(E2ESuite.allCases)) -> E2EResponder {
+        E2EResponder(credentials: parties.gateway, versions: E2EHandshakeVersions.all, suites: suites)
+    }
+
+    /// A whole handshake between a device offering `offered` (speaking `version`, version 2 unless a test says
+    /// otherwise: these tests are about version 2's suite negotiation) and a gateway accepting `accepted`.
     static func handshake(
         _ parties: E2EParties,
-        offered: [E2ESuite] = E2ESuite.offered,
+        offered: [E2ESuite]? = nil,
         accepted: Set<E2ESuite> = Set(E2ESuite.allCases),
-        version: UInt8 = E2EHandshake.version
+        version: any E2EHandshakeVersion = v2
     ) throws -> (device: E2ESession, gateway: E2ESession) {
         let initiator = E2EInitiator(
             credentials: parties.device,
             service: "claude-api",
-            suites: offered,
-            version: version
+            version: version,
+            suites: offered
         )
-        let responder = E2EResponder(credentials: parties.gateway, suites: accepted)
+        let responder = gateway(parties, suites: accepted)
         let serverHello = try responder.receiveClientHello(initiator.clientHello()).serverHello
         let (finished, device) = try initiator.receiveServerHello(serverHello)
         return (device, try responder.receiveClientFinished(finished))
@@ -33,12 +43,53 @@ struct E2ESuiteTests {
         #expect(opened.plaintext == answer && opened.final)
     }
 
-    @Test("a device and gateway of this version agree on AES-256-GCM, the device's first choice")
+    @Test("a version 2 device and a gateway agree on AES-256-GCM, the device's first choice")
     func defaultIsAESGCM() throws {
         let sessions = try Self.handshake(try E2EParties())
         #expect(sessions.device.suite == .aes256gcm)
         #expect(sessions.gateway.suite == .aes256gcm)
         try Self.exchange(sessions)
+    }
+
+    @Test("a device of this build speaks version 3 and agrees suite 3 (HKDF-SHA256, AES-256-GCM) with a gateway")
+    func versionThreeIsTheDefault() throws {
+        let parties = try E2EParties()
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let hello = initiator.clientHello()
+        #expect(hello[1] == 3)
+        #expect(Array(hello.suffix(3)) == [0, 1, E2ESuite.aes256gcmHKDF.rawValue])
+        let responder = Self.gateway(parties)
+        let serverHello = try responder.receiveClientHello(hello).serverHello
+        #expect(serverHello[1] == 3 && serverHello[2] == E2ESuite.aes256gcmHKDF.rawValue)
+        let (finished, device) = try initiator.receiveServerHello(serverHello)
+        let gateway = try responder.receiveClientFinished(finished)
+        #expect(device.suite == .aes256gcmHKDF && gateway.suite == .aes256gcmHKDF)
+        try Self.exchange((device, gateway))
+        // ILSCrypto alone (what ILSClient links) answers version 3 and nothing older.
+        let v3Only = E2EResponder(credentials: parties.gateway)
+        #expect(throws: ILSError.self) {
+            _ = try v3Only.receiveClientHello(
+                E2EInitiator(credentials: parties.device, service: "claude-api", version: Self.v2).clientHello()
+            )
+        }
+    }
+
+    @Test("a version 3 hello offering a version 2 suite is refused: each version agrees only its own suites")
+    func versionThreeRefusesOldSuites() throws {
+        let parties = try E2EParties()
+        var hello = E2EInitiator(credentials: parties.device, service: "claude-api").clientHello()
+        hello[hello.count - 1] = E2ESuite.aes256gcm.rawValue
+        #expect(throws: ILSError.self) { _ = try Self.gateway(parties).receiveClientHello(hello) }
+    }
+
+    @Test("version 2 devices and gateways agree keys over and over")
+    func legacyKeysAgree() throws {
+        for _ in 0..<4 {
+            let (device, gateway) = try Self.handshake(try E2EParties())
+            // Both ends agree, and the keys differ per direction: the records open across and not back.
+            let record = device.sender.seal([1, 2, 3])
+            #expect(try gateway.receiver.open(record).plaintext == [1, 2, 3])
+        }
     }
 
     @Test("the gateway takes the first suite of the device's offer that it accepts")
@@ -55,33 +106,33 @@ struct E2ESuiteTests {
     @Test("a device offering nothing the gateway accepts is refused before any key is made")
     func noCommonSuite() throws {
         let parties = try E2EParties()
-        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: [.aes256gcm])
-        let responder = E2EResponder(credentials: parties.gateway, suites: [.xchacha20poly1305])
+        let initiator = E2EInitiator(
+            credentials: parties.device,
+            service: "claude-api",
+            version: Self.v2,
+            suites: [.aes256gcm]
+        )
+        let responder = Self.gateway(parties, suites: [.xchacha20poly1305])
         #expect(throws: ILSError.self) { _ = try responder.receiveClientHello(initiator.clientHello()) }
         // Unknown suite numbers alone are no offer either.
         var hello = initiator.clientHello()
         hello[hello.count - 1] = 0xEE
         #expect(throws: ILSError.self) {
-            _ = try E2EResponder(credentials: parties.gateway).receiveClientHello(hello)
+            _ = try Self.gateway(parties).receiveClientHello(hello)
         }
     }
 
     @Test("a device of handshake version 1 still gets a circuit, on secretstream records")
     func versionOneDevice() throws {
         let parties = try E2EParties()
-        let sessions = try Self.handshake(parties, version: 1)
+        let sessions = try Self.handshake(parties, version: Self.v1)
         #expect(sessions.device.suite == .xchacha20poly1305 && sessions.gateway.suite == .xchacha20poly1305)
         try Self.exchange(sessions)
         // Its hello has no suite list, and the answer has no suite byte: exactly version 1's layout.
-        let initiator = E2EInitiator(
-            credentials: parties.device,
-            service: "claude-api",
-            suites: [.aes256gcm],
-            version: 1
-        )
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", version: Self.v1)
         let hello = initiator.clientHello()
         #expect(hello[1] == 1)
-        let serverHello = try E2EResponder(credentials: parties.gateway).receiveClientHello(hello).serverHello
+        let serverHello = try Self.gateway(parties).receiveClientHello(hello).serverHello
         #expect(serverHello[1] == 1)
         let certificateLength = Int(serverHello[2]) << 8 | Int(serverHello[3])
         #expect(serverHello.count == 4 + certificateLength + 32 + 32 + 64 + 24)
@@ -90,19 +141,19 @@ struct E2ESuiteTests {
     @Test("a relay that strips the suite list (version 2 → 1) or reorders it is caught by the device")
     func downgradeFails() throws {
         let parties = try E2EParties()
-        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", version: Self.v2)
         let hello = initiator.clientHello()
         // Strip: the relay rewrites the hello as version 1 without the suite list (u16 count + 2 suites).
         var stripped = Array(hello.dropLast(4))
         stripped[1] = 1
-        let oldAnswer = try E2EResponder(credentials: parties.gateway).receiveClientHello(stripped).serverHello
+        let oldAnswer = try Self.gateway(parties).receiveClientHello(stripped).serverHello
         #expect(throws: ILSError.self) { _ = try initiator.receiveServerHello(oldAnswer) }
 
         // Reorder: the gateway then picks secretstream, but the device signed-for transcript has its own order.
-        let second = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let second = E2EInitiator(credentials: parties.device, service: "claude-api", version: Self.v2)
         var reordered = second.clientHello()
         reordered.swapAt(reordered.count - 1, reordered.count - 2)
-        let responder = E2EResponder(credentials: parties.gateway)
+        let responder = Self.gateway(parties)
         let answer = try responder.receiveClientHello(reordered).serverHello
         #expect(answer[2] == E2ESuite.xchacha20poly1305.rawValue)
         #expect(throws: ILSError.self) { _ = try second.receiveServerHello(answer) }
@@ -115,9 +166,13 @@ struct E2ESuiteTests {
             ([E2ESuite.aes256gcm, .xchacha20poly1305], E2ESuite.xchacha20poly1305),
             ([E2ESuite.aes256gcm], E2ESuite.xchacha20poly1305),
         ] {
-            let initiator = E2EInitiator(credentials: parties.device, service: "claude-api", suites: offered)
-            var answer = try E2EResponder(credentials: parties.gateway).receiveClientHello(initiator.clientHello())
-                .serverHello
+            let initiator = E2EInitiator(
+                credentials: parties.device,
+                service: "claude-api",
+                version: Self.v2,
+                suites: offered
+            )
+            var answer = try Self.gateway(parties).receiveClientHello(initiator.clientHello()).serverHello
             #expect(answer[2] == E2ESuite.aes256gcm.rawValue)
             answer[2] = forged.rawValue
             answer += [UInt8](repeating: 0, count: forged.headerLength)  // so only the choice is wrong, not the length
@@ -125,10 +180,16 @@ struct E2ESuiteTests {
         }
     }
 
-    @Test("AES-GCM records: altered bytes, flags, reordering, replay, other direction and after FINAL are refused")
-    func aesRecordRefusals() throws {
+    @Test(
+        "AES-GCM records: altered bytes, flags, reordering, replay, other direction and after FINAL are refused",
+        arguments: [UInt8(2), 3]
+    )
+    func aesRecordRefusals(version: UInt8) throws {
         let parties = try E2EParties()
-        func sessions() throws -> (device: E2ESession, gateway: E2ESession) { try Self.handshake(parties) }
+        let speaking: any E2EHandshakeVersion = version == 3 ? E2EHandshakeV3() : Self.v2
+        func sessions() throws -> (device: E2ESession, gateway: E2ESession) {
+            try Self.handshake(parties, version: speaking)
+        }
 
         let s1 = try sessions()
         let record = s1.device.sender.seal(Array("hello".utf8))
@@ -176,16 +237,16 @@ struct E2ESuiteTests {
     @Test("AES-GCM keys change every recordsPerKey records, at the same record on both ends")
     func keyChange() throws {
         let key = [UInt8](repeating: 0x11, count: 32)
-        let sender = E2ERecordSender(suite: .aes256gcm, key: key, recordsPerKey: 3)
+        let sender = E2ERecordSuites.sender(.aes256gcm, key: key, recordsPerKey: 3)
         let records = (0..<10).map { sender.seal([UInt8($0)], final: $0 == 9) }
-        let receiver = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [], recordsPerKey: 3)
+        let receiver = try E2ERecordSuites.receiver(.aes256gcm, key: key, header: [], recordsPerKey: 3)
         for (index, record) in records.enumerated() {
             #expect(try receiver.open(record).plaintext == [UInt8(index)])
         }
         #expect(receiver.finished)
         // A receiver that never changes its key opens the first three records and refuses the fourth: the key did
         // change there.
-        let stale = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [], recordsPerKey: 1 << 40)
+        let stale = try E2ERecordSuites.receiver(.aes256gcm, key: key, header: [], recordsPerKey: 1 << 40)
         for record in records.prefix(3) { _ = try stale.open(record) }
         #expect(throws: ILSError.self) { _ = try stale.open(records[3]) }
     }
@@ -195,7 +256,7 @@ struct E2ESuiteTests {
     @Test("AES-GCM records match the protocol's known answers, across a key change")
     func knownAnswers() throws {
         let key = [UInt8](repeating: 0x11, count: 32)
-        let sender = E2ERecordSender(suite: .aes256gcm, key: key, recordsPerKey: 2)
+        let sender = E2ERecordSuites.sender(.aes256gcm, key: key, recordsPerKey: 2)
         let records = [
             sender.seal(Array("hi".utf8)), sender.seal([], final: true), sender.seal(Array("x".utf8)),
         ]
@@ -212,11 +273,12 @@ struct E2ESuiteTests {
     @Test("an AES-GCM receiver refuses a header, and a secretstream one a header of the wrong length")
     func headers() {
         let key = [UInt8](repeating: 0x22, count: 32)
-        #expect(throws: ILSError.self) { _ = try E2ERecordReceiver(suite: .aes256gcm, key: key, header: [0]) }
+        #expect(throws: ILSError.self) { _ = try E2ERecordSuites.receiver(.aes256gcm, key: key, header: [0]) }
         #expect(throws: ILSError.self) {
-            _ = try E2ERecordReceiver(suite: .xchacha20poly1305, key: key, header: [UInt8](repeating: 0, count: 12))
+            _ = try E2ERecordSuites.receiver(.xchacha20poly1305, key: key, header: [UInt8](repeating: 0, count: 12))
         }
-        #expect(E2ERecordSender(suite: .aes256gcm, key: key).header.isEmpty)
-        #expect(E2ERecordSender(suite: .xchacha20poly1305, key: key).header.count == 24)
+        #expect(E2ERecordSuites.sender(.aes256gcm, key: key).header.isEmpty)
+        #expect(E2ERecordSuites.sender(.aes256gcmHKDF, key: key).header.isEmpty)
+        #expect(E2ERecordSuites.sender(.xchacha20poly1305, key: key).header.count == 24)
     }
 }

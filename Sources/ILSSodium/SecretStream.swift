@@ -1,12 +1,13 @@
 import CSodium
 public import ILSCore
+package import ILSCrypto
 
 /// One direction of an end-to-end encrypted circuit: libsodium's `crypto_secretstream_xchacha20poly1305`.
 ///
 /// Each record is authenticated and bound to its position in the stream, so the relay cannot drop, reorder, replay
 /// or splice records without the receiver noticing; the last record carries the FINAL tag, so a truncated stream is
 /// told apart from a closed one.
-public final class SecretStreamSender {
+package final class SecretStreamSender: E2ERecordSealing {
     private var state = crypto_secretstream_xchacha20poly1305_state()
     /// The 24-byte header the receiver needs first.
     public let header: [UInt8]
@@ -56,7 +57,7 @@ public final class SecretStreamSender {
     }
 }
 
-public final class SecretStreamReceiver {
+package final class SecretStreamReceiver: E2ERecordOpening {
     private var state = crypto_secretstream_xchacha20poly1305_state()
     private(set) public var finished = false
 
@@ -118,17 +119,12 @@ public final class SecretStreamReceiver {
     }
 }
 
-public enum SecretStream {
+package enum SecretStream {
     /// Bytes a record adds to its plaintext.
     public static let overhead = crypto_secretstream_xchacha20poly1305_abytes()
     public static let keyLength = crypto_secretstream_xchacha20poly1305_keybytes()
     public static let headerLength = crypto_secretstream_xchacha20poly1305_headerbytes()
 
     /// The refusal for a record that fails authentication (altered, reordered, replayed, after FINAL).
-    public static var invalidRecord: ILSError { invalid }
-
-    static let invalid = ILSError(
-        ILSError.Code("e2e_record_invalid", exitCode: 70),
-        "an end-to-end record failed authentication; the circuit was tampered with and is closed"
-    )
+    static var invalid: ILSError { E2ERecord.invalidRecord }
 }

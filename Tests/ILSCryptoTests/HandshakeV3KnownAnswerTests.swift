@@ -1,0 +1,61 @@
+import Crypto
+import Foundation
+@testable import ILSCrypto
+import Testing
+
+/// Version 3's derivations against answers computed with another implementation (Python's `cryptography`: X25519,
+/// HKDF, AESGCM, and `hashlib.sha256`, following docs/protocol.md alone), so a compatible client can check itself.
+@Suite("Handshake version 3 known answers")
+struct HandshakeV3KnownAnswerTests {
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    @Test("the transcript is SHA-256 of the length-prefixed parts, and the keys HKDF-SHA256 salted with it")
+    func keySchedule() throws {
+        let device = try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: [UInt8](repeating: 1, count: 32))
+        let gateway = try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: [UInt8](repeating: 2, count: 32))
+        let version = E2EHandshakeV3()
+        let transcript = version.transcript([Array("claude-api".utf8), Array("dev".utf8), Array("gw".utf8)])
+        #expect(Self.hex(transcript) == "9bcd00eb4fe8ec3b92c074511becac40a87b701844ea0c54b879a9f87e7dd6d2")
+        let keys = version.keys(
+            sharedSecret: try device.sharedSecretFromKeyAgreement(with: gateway.publicKey),
+            initiatorEphemeral: Array(device.publicKey.rawRepresentation),
+            responderEphemeral: Array(gateway.publicKey.rawRepresentation),
+            transcript: transcript
+        )
+        #expect(
+            Self.hex(keys.initiatorToResponder) == "c67f4787d4513ca8f9bf14b4762c2d0c168cf37af021335d65016d6b0666354f"
+        )
+        #expect(
+            Self.hex(keys.responderToInitiator) == "924e4943304ffd64ad972352f9a1c9709631cc7a3d5ac55c82e6eabc996c6e39"
+        )
+    }
+
+    @Test("suite 3 records match, across a key change (iv and next key from HKDF-SHA256)")
+    func records() throws {
+        let key = [UInt8](repeating: 0x11, count: 32)
+        let sender = E2EHandshakeV3().sender(suite: .aes256gcmHKDF, key: key, recordsPerKey: 2)
+        let records = [sender.seal(Array("hi".utf8)), sender.seal([], final: true), sender.seal(Array("x".utf8))]
+        #expect(
+            records.map(Self.hex) == [
+                "0004d92e3162621fa6261d133e3e724f33bcd6", "01fd082bf6358d65b8cf6b19cda49d21f7",
+                "00c2c87db71083150b3ea225aa658a169ba6",
+            ]
+        )
+        let receiver = try E2EHandshakeV3().receiver(suite: .aes256gcmHKDF, key: key, header: [], recordsPerKey: 2)
+        #expect(try receiver.open(records[0]).plaintext == Array("hi".utf8))
+    }
+}
+
+@Suite("The build's AEAD path")
+struct AEADPathTests {
+    /// CI runs the overlay suites a second time with `--traits AppleCodePath`; this fails if the trait stops
+    /// switching the records to the code Apple platforms run.
+    @Test("records take the Swift API path in the AppleCodePath build, BoringSSL's in-place AEAD otherwise on Linux")
+    func backendMatchesTheBuild() {
+        #if ILS_APPLE_CODE_PATH || !canImport(CCryptoBoringSSL)
+        #expect(AESGCMRecords.backend == "swift-crypto-api")
+        #else
+        #expect(AESGCMRecords.backend == "boringssl-in-place")
+        #endif
+    }
+}
