@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-@testable import ILSCrypto
 import Testing
+
+@testable import ILSCrypto
 
 /// Version 3's derivations against answers computed with another implementation (Python's `cryptography`: X25519,
 /// HKDF, AESGCM, and `hashlib.sha256`, following docs/protocol.md alone), so a compatible client can check itself.
