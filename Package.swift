@@ -282,6 +282,9 @@ let package = Package(
             name: "ils-bench",
             dependencies: [
                 "ILSFabric",
+                "ILSCore",
+                "ILSCrypto",
+                "ILSSodium",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// The peer of the benchmark harness (deploy/bench/run.py): a backend that is never the bottleneck, and the load
 /// clients that wrk and curl don't cover.
@@ -7,7 +8,7 @@ struct ILSBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ils-bench",
         abstract: "Benchmark backend and load clients for deploy/bench/run.py.",
-        subcommands: [Backend.self, SSE.self, Relay.self]
+        subcommands: [Backend.self, SSE.self, Relay.self, Handshake.self]
     )
 
     struct Backend: ParsableCommand {
@@ -33,6 +34,20 @@ struct ILSBench: ParsableCommand {
         @Option(help: "Port to relay each connection to.") var target: Int
 
         func run() throws { try PlainRelay.run(host: host, port: port, target: target) }
+    }
+
+    struct Handshake: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Time end-to-end handshakes and 64 KiB records per handshake version, in process; prints JSON.",
+            discussion: "Example: ils-bench handshake --seconds 3"
+        )
+        @Option(help: "Seconds to spend on each measurement.") var seconds = 3.0
+
+        func run() throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(try HandshakeBench.run(seconds: seconds)), as: UTF8.self))
+        }
     }
 
     struct SSE: ParsableCommand {
