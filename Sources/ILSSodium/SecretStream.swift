@@ -1,6 +1,6 @@
 import CSodium
-public import ILSCore
-package import ILSCrypto
+package import ILSCore
+import ILSCrypto
 
 /// One direction of an end-to-end encrypted circuit: libsodium's `crypto_secretstream_xchacha20poly1305`.
 ///
@@ -10,9 +10,9 @@ package import ILSCrypto
 package final class SecretStreamSender: E2ERecordSealing {
     private var state = crypto_secretstream_xchacha20poly1305_state()
     /// The 24-byte header the receiver needs first.
-    public let header: [UInt8]
+    package let header: [UInt8]
 
-    public init(key: [UInt8]) {
+    package init(key: [UInt8]) {
         Sodium.ensureInitialized()
         precondition(key.count == crypto_secretstream_xchacha20poly1305_keybytes())
         var header = [UInt8](repeating: 0, count: crypto_secretstream_xchacha20poly1305_headerbytes())
@@ -21,7 +21,7 @@ package final class SecretStreamSender: E2ERecordSealing {
     }
 
     /// Encrypts one record. `final` marks the end of the stream.
-    public func seal(_ plaintext: [UInt8], final: Bool = false) -> [UInt8] {
+    package func seal(_ plaintext: [UInt8], final: Bool = false) -> [UInt8] {
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count + SecretStream.overhead)
         let tag = final ? UInt8(crypto_secretstream_xchacha20poly1305_tag_final()) : 0
         crypto_secretstream_xchacha20poly1305_push(
@@ -39,7 +39,7 @@ package final class SecretStreamSender: E2ERecordSealing {
 
     /// Encrypts `plaintext` straight into `output` (at least `plaintext.count + SecretStream.overhead` bytes), for
     /// callers that seal into their own buffers without an intermediate array.
-    public func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+    package func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
         precondition(output.count >= plaintext.count + SecretStream.overhead)
         let tag = final ? UInt8(crypto_secretstream_xchacha20poly1305_tag_final()) : 0
         _ = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1) { empty in
@@ -59,9 +59,9 @@ package final class SecretStreamSender: E2ERecordSealing {
 
 package final class SecretStreamReceiver: E2ERecordOpening {
     private var state = crypto_secretstream_xchacha20poly1305_state()
-    private(set) public var finished = false
+    package private(set) var finished = false
 
-    public init(key: [UInt8], header: [UInt8]) throws(ILSError) {
+    package init(key: [UInt8], header: [UInt8]) throws(ILSError) {
         Sodium.ensureInitialized()
         guard key.count == crypto_secretstream_xchacha20poly1305_keybytes(),
             header.count == crypto_secretstream_xchacha20poly1305_headerbytes(),
@@ -70,7 +70,7 @@ package final class SecretStreamReceiver: E2ERecordOpening {
     }
 
     /// Decrypts the next record; throws if it was altered, reordered, replayed, or comes after the final one.
-    public func open(_ ciphertext: [UInt8]) throws(ILSError) -> (plaintext: [UInt8], final: Bool) {
+    package func open(_ ciphertext: [UInt8]) throws(ILSError) -> (plaintext: [UInt8], final: Bool) {
         guard !finished, ciphertext.count >= SecretStream.overhead else { throw SecretStream.invalid }
         var plaintext = [UInt8](repeating: 0, count: ciphertext.count - SecretStream.overhead)
         var tag: UInt8 = 0
@@ -92,7 +92,7 @@ package final class SecretStreamReceiver: E2ERecordOpening {
 
     /// Decrypts `ciphertext` straight into `output` (at least `ciphertext.count - SecretStream.overhead` bytes);
     /// returns whether it was the FINAL record. Same refusals as `open(_:)`.
-    public func open(
+    package func open(
         _ ciphertext: UnsafeRawBufferPointer,
         into output: UnsafeMutableRawBufferPointer
     ) throws(ILSError) -> Bool {
@@ -121,9 +121,9 @@ package final class SecretStreamReceiver: E2ERecordOpening {
 
 package enum SecretStream {
     /// Bytes a record adds to its plaintext.
-    public static let overhead = crypto_secretstream_xchacha20poly1305_abytes()
-    public static let keyLength = crypto_secretstream_xchacha20poly1305_keybytes()
-    public static let headerLength = crypto_secretstream_xchacha20poly1305_headerbytes()
+    package static let overhead = crypto_secretstream_xchacha20poly1305_abytes()
+    package static let keyLength = crypto_secretstream_xchacha20poly1305_keybytes()
+    package static let headerLength = crypto_secretstream_xchacha20poly1305_headerbytes()
 
     /// The refusal for a record that fails authentication (altered, reordered, replayed, after FINAL).
     static var invalid: ILSError { E2ERecord.invalidRecord }
