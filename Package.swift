@@ -67,11 +67,39 @@ let package = Package(
             name: "ILSProxy",
             dependencies: [
                 "ILSCore",
-                "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// Two byte channels spliced with backpressure (`GlueHandler`) and the write buffer sizes that set when it
+        /// holds reads (`WriteBuffers`): what HTTP mode's WebSocket upgrade, the overlay and the tunnel share, with
+        /// nothing but NIOCore below it, so HTTP mode links no HTTP/2 and no libsodium.
+        .target(
+            name: "ILSSplice",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio")
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// An enrolled identity's life: its file (read; written 0600, atomically), a certificate renewed in it by
+        /// someone else noticed, renewal over mTLS, and the controller API client these go through. Below both the
+        /// device's library (ILSClient) and the server-side roles, so neither imports the other; Apple-clean.
+        .target(
+            name: "ILSIdentity",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -80,6 +108,7 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSCrypto",
+                "ILSSplice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -97,7 +126,7 @@ let package = Package(
                 "ILSProxy",
                 "ILSCrypto",
                 "ILSFabric",
-                "ILSClient",
+                "ILSIdentity",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -115,6 +144,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -137,6 +167,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSIdentity",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -180,6 +211,7 @@ let package = Package(
                 "ILSCore",
                 "ILSClient",
                 "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -255,7 +287,7 @@ let package = Package(
         .executableTarget(
             name: "ils-bench",
             dependencies: [
-                "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -320,6 +352,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSSplice",
                 "ILSProxy",
                 "ILSTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
