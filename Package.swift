@@ -384,6 +384,22 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ILSTunnelTests",
+            dependencies: [
+                "ILSCore",
+                "ILSClient",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSTunnel",
+                "ILSTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ILSFuzzTests",
             dependencies: ["ILSFuzz"],
             swiftSettings: swiftSettings
