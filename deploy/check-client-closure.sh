@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
         --package) package="$(cd "$2" && pwd)"; shift 2 ;;
         --target) target="$2"; shift 2 ;;
         --list) list=1; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "check-client-closure: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
