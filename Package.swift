@@ -85,9 +85,10 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        /// An enrolled identity's life: its file (read; written 0600, atomically), a certificate renewed in it by
-        /// someone else noticed, renewal over mTLS, and the controller API client these go through. Below both the
-        /// device's library (ILSClient) and the server-side roles, so neither imports the other; Apple-clean.
+        /// An enrolled identity's life: its file (read, and written 0600 atomically), noticing a certificate someone
+        /// else renewed in it, renewal over mTLS, and the controller API client these go through. Below both the app's
+        /// library (ILSClient) and the server-side roles, so no role imports ILSClient. No system library and no
+        /// Glibc of its own: it is in ILSClient's closure (deploy/check-client-closure.sh).
         .target(
             name: "ILSIdentity",
             dependencies: [
