@@ -91,11 +91,40 @@ let package = Package(
             name: "ILSProxy",
             dependencies: [
                 "ILSCore",
-                "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// Two byte channels spliced with backpressure (`GlueHandler`) and the write buffer sizes that set when it
+        /// holds reads (`WriteBuffers`): what HTTP mode's WebSocket upgrade, the overlay and the tunnel share, with
+        /// nothing but NIOCore below it, so HTTP mode links no HTTP/2 and no libsodium.
+        .target(
+            name: "ILSSplice",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio")
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// An enrolled identity's life: its file (read, and written 0600 atomically), noticing a certificate someone
+        /// else renewed in it, renewal over mTLS, and the controller API client these go through. Below both the app's
+        /// library (ILSClient) and the server-side roles, so no role imports ILSClient. No system library and no
+        /// Glibc of its own: it is in ILSClient's closure (deploy/check-client-closure.sh).
+        .target(
+            name: "ILSIdentity",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -104,6 +133,7 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSCrypto",
+                "ILSSplice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -122,7 +152,7 @@ let package = Package(
                 "ILSCrypto",
                 "ILSSodium",
                 "ILSFabric",
-                "ILSClient",
+                "ILSIdentity",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -140,6 +170,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -162,6 +193,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSFabric",
+                "ILSIdentity",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -205,6 +237,7 @@ let package = Package(
                 "ILSCore",
                 "ILSClient",
                 "ILSFabric",
+                "ILSSplice",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -281,7 +314,7 @@ let package = Package(
         .executableTarget(
             name: "ils-bench",
             dependencies: [
-                "ILSFabric",
+                "ILSSplice",
                 "ILSCore",
                 "ILSCrypto",
                 "ILSSodium",
@@ -352,6 +385,7 @@ let package = Package(
                 "ILSCrypto",
                 "ILSSodium",
                 "ILSFabric",
+                "ILSSplice",
                 "ILSProxy",
                 "ILSTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -381,6 +415,22 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSTunnelTests",
+            dependencies: [
+                "ILSCore",
+                "ILSClient",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSTunnel",
+                "ILSTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

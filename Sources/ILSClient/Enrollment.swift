@@ -215,30 +215,6 @@ extension Enrollment {
     }
 }
 
-/// Reading and writing identity files.
-public enum IdentityFileIO {
-    public static func write(_ file: IdentityFile, to path: String, overwrite: Bool) throws(ILSError) {
-        try SecureFile.write(try encode(file), to: path, overwrite: overwrite)
-    }
-
-    static func encode(_ file: IdentityFile) throws(ILSError) -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(file) else { throw ILSError(.internalError, "could not encode") }
-        return data
-    }
-
-    public static func read(_ path: String) throws(ILSError) -> IdentityFile {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ILSError(.notFound, "no identity file at \(path); enroll first or give --identity FILE")
-        }
-        guard let file = try? JSONDecoder().decode(IdentityFile.self, from: data) else {
-            throw ILSError(.invalidInput, "\(path) is not an ils-gateway identity file")
-        }
-        return file
-    }
-}
-
 enum IdentityCertificateAuthority {
     static func fingerprint(pem: String) throws(ILSError) -> String {
         let lines = pem.split(whereSeparator: \.isNewline).filter { !$0.hasPrefix("-----") }

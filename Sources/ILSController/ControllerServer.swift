@@ -1,5 +1,6 @@
 public import ILSCore
 public import ILSFabric
+import ILSSplice
 public import Logging
 import NIOConcurrencyHelpers
 public import NIOCore

@@ -1,6 +1,7 @@
 import Foundation
 public import ILSCore
 import ILSCrypto
+import ILSSplice
 public import NIOCore
 import NIOPosix
 import NIOSSL

@@ -1,7 +1,7 @@
-import ILSClient
 public import ILSCore
 import ILSCrypto
 public import ILSFabric
+import ILSIdentity
 public import ILSProxy
 public import Logging
 import NIOConcurrencyHelpers

@@ -1,8 +1,8 @@
 import Foundation
-import ILSClient
 import ILSCore
 import ILSCrypto
 import ILSFabric
+import ILSIdentity
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore

@@ -1,5 +1,5 @@
 import ILSCore
-import ILSFabric
+import ILSSplice
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP1

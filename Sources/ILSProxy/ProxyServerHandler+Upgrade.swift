@@ -1,4 +1,4 @@
-import ILSFabric
+import ILSSplice
 import NIOCore
 import NIOHTTP1
 

@@ -1,6 +1,7 @@
 import ILSClient
 public import ILSCore
 public import ILSFabric
+import ILSSplice
 public import Logging
 import NIOConcurrencyHelpers
 public import NIOCore

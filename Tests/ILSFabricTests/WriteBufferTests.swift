@@ -1,4 +1,5 @@
 import ILSFabric
+import ILSSplice
 import NIOCore
 import NIOEmbedded
 import NIOHTTP2

@@ -178,24 +178,4 @@ struct RevocationTests {
             #expect(cluster.gateways[0].blocks(identityID: ipad.id))
         }
     }
-
-    @Test("a tunnel that renews its certificate keeps working with the new one; the old one is refused")
-    func tunnelRenewal() async throws {
-        try await withCluster { cluster in
-            let path = "\(cluster.directory)/identities/ipad.json"
-            let before = try #require(try cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
-            // A live controller connection made with the old certificate exists before the renewal.
-            let first = try await TestHTTPConnection(port: cluster.tunnelPort)
-            try await first.sendRequest("GET", "/health")
-            #expect(try await first.readHead().status == 200)
-            _ = try await first.readBody()
-            try await #require(cluster.tunnel).renewNow(path: path)
-            let after = try #require(try cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
-            #expect(after != before)
-            let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
-            try await connection.sendRequest("GET", "/health")
-            #expect(try await connection.readHead().status == 200)
-            await connection.close()
-        }
-    }
 }

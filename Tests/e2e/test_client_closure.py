@@ -1,0 +1,110 @@
+"""deploy/check-client-closure.sh, the CI check that ILSClient still builds for Apple platforms: it fails on a
+system-library target or an unguarded Glibc/CSodium/CMalloc/CSQLite import anywhere in ILSClient's closure, and it
+passes on the real tree. Also the boundaries between targets that the same closure shows: HTTP mode's proxy core
+links nothing of the overlay, and no server-side role links the app's library."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+CHECK = REPO_ROOT / "deploy" / "check-client-closure.sh"
+TIMEOUT_S = 120
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CHECK), *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def closure(target: str, package: Path = REPO_ROOT) -> set[str]:
+    result = run_check("--package", str(package), "--target", target, "--list")
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> Path:
+    """Package.swift and Sources, plus an empty directory per test target (the manifest names them)."""
+    copy = tmp_path / "package"
+    copy.mkdir()
+    shutil.copy2(REPO_ROOT / "Package.swift", copy / "Package.swift")
+    shutil.copytree(REPO_ROOT / "Sources", copy / "Sources")
+    for directory in (REPO_ROOT / "Tests").iterdir():
+        if directory.is_dir():
+            (copy / "Tests" / directory.name).mkdir(parents=True)
+    return copy
+
+
+def prepend(path: Path, text: str) -> None:
+    path.write_text(text + path.read_text())
+
+
+def test_an_unguarded_glibc_import_in_the_client_fails_with_its_path_and_line(package_copy: Path) -> None:
+    source = package_copy / "Sources" / "ILSClient" / "OverlayDialer.swift"
+    prepend(source, "@preconcurrency internal import Glibc\n")
+    result = run_check("--package", str(package_copy))
+    assert result.returncode == 1
+    assert "Sources/ILSClient/OverlayDialer.swift:1: '@preconcurrency internal import Glibc'" in result.stdout
+
+
+def test_a_system_library_dependency_of_the_client_fails_naming_the_chain(package_copy: Path) -> None:
+    (package_copy / "Sources" / "CInjected").mkdir()
+    (package_copy / "Sources" / "CInjected" / "module.modulemap").write_text(
+        'module CInjected [system] {\n    header "shim.h"\n    export *\n}\n'
+    )
+    (package_copy / "Sources" / "CInjected" / "shim.h").write_text("#include <stdio.h>\n")
+    manifest = package_copy / "Package.swift"
+    text = manifest.read_text()
+    text = text.replace("    targets: [\n", '    targets: [\n        .systemLibrary(name: "CInjected"),\n', 1)
+    client = 'name: "ILSClient",\n            dependencies: [\n'
+    text = text.replace(client, client + '                "CInjected",\n', 1)
+    assert text.count("CInjected") == 2, "the manifest's layout changed: update the injection"
+    manifest.write_text(text)
+    result = run_check("--package", str(package_copy))
+    assert result.returncode == 1
+    assert "system-library target CInjected is in ILSClient's closure (ILSClient -> CInjected)" in result.stdout
+
+
+def test_imports_are_judged_by_the_if_block_around_them(package_copy: Path) -> None:
+    directory = package_copy / "Sources" / "ILSClient"
+    (directory / "Guarded.swift").write_text(
+        "#if canImport(Glibc)\nimport Glibc\n#elseif canImport(Darwin)\nimport Darwin\n#endif\n"
+        "#if !canImport(CMalloc)\n#else\npublic import CMalloc\n#endif\n"
+        "// import CSQLite\n/*\nimport CSQLite\n*/\n"
+    )
+    (directory / "Unguarded.swift").write_text(
+        "#if os(Linux)\nimport Glibc\n#endif\n"
+        "#if canImport(Glibc)\n#else\nimport Glibc\n#endif\n"
+        "#if canImport(Glibc)\nimport CSQLite\n#endif\n"
+        "package import struct CSodium.crypto_kx_keypair\n"
+    )
+    result = run_check("--package", str(package_copy))
+    findings = [line for line in result.stdout.splitlines() if "ILSClient/" in line]
+    assert [line.split(": ", 1)[0] for line in findings] == [
+        "Sources/ILSClient/Unguarded.swift:2",
+        "Sources/ILSClient/Unguarded.swift:6",
+        "Sources/ILSClient/Unguarded.swift:9",
+        "Sources/ILSClient/Unguarded.swift:11",
+    ], result.stdout
+
+
+def test_the_real_tree_passes() -> None:
+    assert "CSodium" not in closure("ILSClient") and "ILSSodium" not in closure("ILSClient")
+    result = run_check()
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_http_modes_proxy_core_links_nothing_of_the_overlay() -> None:
+    linked = closure("ILSProxy")
+    assert "ILSSplice" in linked
+    assert not linked & {"ILSFabric", "ILSCrypto", "CSodium", "product:NIOHTTP2", "product:NIOSSL"}, linked
+
+
+def test_no_server_side_role_links_the_apps_library() -> None:
+    for role in ("ILSGateway", "ILSController", "ILSProxy", "ILSFabric", "ILSIdentity"):
+        assert "ILSClient" not in closure(role), role
