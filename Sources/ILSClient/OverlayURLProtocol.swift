@@ -54,19 +54,18 @@ public final class OverlayURLProtocol: URLProtocol {
     }
 
     /// Tells URLSession something, unless it has stopped listening. After `stopLoading` URLSession reports the
-    /// cancellation itself and forgets the task; a late call would reach a task it no longer knows
-    /// (swift-corelibs-foundation traps on that: "a task that in not in the registry"). The lock makes "not yet
-    /// stopped" hold for the whole call.
+    /// cancellation itself and then forgets the task; a call after that reaches a task it no longer knows
+    /// (swift-corelibs-foundation traps: "a task that in not in the registry"), so none is made once stopped.
+    /// The lock is not held during the call: `stopLoading` runs on the task's work queue, which a client call may
+    /// need (holding it deadlocked a cancel), and URLSession forgets the task only after it has delivered the
+    /// cancellation on the delegate queue, well after the check.
     private func report(_ message: (any URLProtocolClient) -> Void) {
-        loading.withLockedValue { loading in
-            guard !loading.stopped, let client else { return }
-            message(client)
-        }
+        guard let client = loading.withLockedValue({ $0.stopped ? nil : self.client }) else { return }
+        message(client)
     }
 
     /// Hands the protocol to the task that loads its request. URLProtocol is not Sendable; URLSession calls
-    /// `startLoading` and `stopLoading` once each, and every call to `client` from the task goes through `report`,
-    /// under the lock.
+    /// `startLoading` and `stopLoading` once each, and every call to `client` from the task goes through `report`.
     private struct Instance: @unchecked Sendable {
         let protocolInstance: OverlayURLProtocol
         init(_ protocolInstance: OverlayURLProtocol) { self.protocolInstance = protocolInstance }
