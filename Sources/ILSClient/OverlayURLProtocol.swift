@@ -41,6 +41,18 @@ public final class OverlayURLProtocol: URLProtocol {
             client?.urlProtocol(self, didFailWithError: URLError(.unsupportedURL))
             return
         }
+        // swift-corelibs-foundation keeps an upload task's body (`uploadTask(with:from:)`) inside the task, out of a
+        // protocol's reach: sending the request without it would lose the body without a word.
+        if task is URLSessionUploadTask, request.httpBody == nil, request.httpBodyStream == nil {
+            let reason =
+                "this URLSession does not hand an upload task's body to protocols; "
+                + "set httpBody or httpBodyStream on the request and use a data task"
+            client?.urlProtocol(
+                self,
+                didFailWithError: OverlayURLError.make(code: "body_unavailable", reason: reason, url: request.url)
+            )
+            return
+        }
         let instance = Instance(self)
         let task = Task { await instance.protocolInstance.load(request, route: route) }
         loading.withLockedValue { $0.task = task }

@@ -70,6 +70,24 @@ struct URLSessionTests {
         }
     }
 
+    #if canImport(FoundationNetworking)
+    @Test("an upload task whose body this URLSession keeps from protocols fails loudly instead of sending no body")
+    func uploadTaskBodyOutOfReach() async throws {
+        try await withClientCluster { cluster in
+            let overlay = OverlaySession(
+                client: try OverlayClient(identity: try await cluster.enroll("tab", role: .device))
+            )
+            defer { overlay.finish() }
+            var request = URLRequest(url: overlay.url("/upload"))
+            request.httpMethod = "POST"
+            overlay.session.uploadTask(with: request, from: Data("hello".utf8)).resume()
+            let collected = await Collected.collect(overlay.recorder)
+            #expect((collected.error as? URLError)?.ilsReason == "body_unavailable")
+            #expect(collected.body.isEmpty)
+        }
+    }
+    #endif
+
     @Test("a 16 MiB download arrives intact, in many chunks")
     func download() async throws {
         try await withClientCluster { cluster in
