@@ -15,6 +15,8 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .executable(name: "ils-gateway", targets: ["ils-gateway"]),
+        /// What an app does, from a terminal: enroll, then stream with URLSession through ILSClient.
+        .executable(name: "ils-client-example", targets: ["ils-client-example"]),
         .library(name: "ILSProxy", targets: ["ILSProxy"]),
         /// What an app links to enroll and to dial a service through the overlay without a tunnel.
         .library(name: "ILSClient", targets: ["ILSClient"]),
@@ -310,6 +312,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "ils-client-example",
+            dependencies: [
+                "ILSCore",
+                "ILSClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         /// Benchmark peer: a fast NIO backend and the load clients the harness in deploy/bench drives.
         .executableTarget(
             name: "ils-bench",
@@ -374,6 +385,16 @@ let package = Package(
                 "ILSProxy",
                 "ILSTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSClientTests",
+            dependencies: [
+                "ILSCore",
+                "ILSClient",
+                "ILSTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings

@@ -16,4 +16,5 @@ echo "== swift test" >&2
 swift test --skip-build
 
 echo "== end-to-end tests (real binary, sample FastAPI backend)" >&2
-ILS_BIN="$(swift build --show-bin-path)/ils-gateway" python3 -m pytest -q Tests/e2e
+BIN_PATH="$(swift build --show-bin-path)"
+ILS_BIN="$BIN_PATH/ils-gateway" ILS_CLIENT_EXAMPLE_BIN="$BIN_PATH/ils-client-example" python3 -m pytest -q Tests/e2e

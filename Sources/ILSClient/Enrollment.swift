@@ -2,12 +2,13 @@ public import Foundation
 public import ILSCore
 import ILSCrypto
 
-/// The device side of enrollment (`ils-gateway enroll`).
+/// The device side of enrollment: `enroll(token:)` returns the identity to an app, which stores it itself;
+/// `enroll(token:outputPath:force:)` writes it to a file for `ils-gateway enroll`.
 ///
 /// Order matters: everything that can be checked locally is checked before the network is touched; the
 /// controller is reached over TLS pinned to the token's CA fingerprint; the token's signature is verified with the
-/// key the pinned controller publishes; only then is a key pair made (libsodium, on this machine) and the token
-/// spent. The identity file is written atomically with mode 0600, never over an existing file unless forced.
+/// key the pinned controller publishes; only then is a key pair made (on this machine) and the token spent. The
+/// identity file is written atomically with mode 0600, never over an existing file unless forced.
 public enum Enrollment {
     /// A token given on the command line, or the path of a file holding one.
     public static func readToken(_ tokenOrFile: String) throws(ILSError) -> String {
@@ -45,26 +46,94 @@ public enum Enrollment {
     /// CA chain.
     static let reservedBytesPerFile = 16 * 1024
 
+    /// Enrolls with a token that was pasted or scanned and returns the identity to the caller, touching no file:
+    /// the app stores it where it wants (an `IdentityStore`: the Keychain, a file). Whitespace around and inside
+    /// the token (a line break from a paste, a trailing newline from a scanner) is ignored.
+    public static func enroll(token: String, now: Date = Date()) async throws(ILSError) -> IdentityFile {
+        try await enroll(token: token, now: now, checkLocally: { _ in }, beforeSpending: {})
+    }
+
+    /// `enroll(token:)` with the identity written to a file (0600, atomically, never over an existing file unless
+    /// `force`), and PEM copies next to it when `pem`: what `ils-gateway enroll` does.
     public static func enroll(token: String, outputPath: String?, force: Bool, pem: Bool = false, now: Date = Date())
         async throws(ILSError)
         -> Result
     {
+        var path = ""
+        var pemPaths: [String] = []
+        var outputs: Outputs?
+        let file: IdentityFile
+        do {
+            file = try await enroll(
+                token: token,
+                now: now,
+                checkLocally: { claims throws(ILSError) in
+                    path = outputPath ?? defaultPath(for: claims.ils_name)
+                    pemPaths = pem ? IdentityPEMFiles.paths(nextTo: path) : []
+                    // Anything at the path counts, a dangling symbolic link too (`attributesOfItem` does not follow
+                    // links): the refusal must come before the token is spent, not when the file is written.
+                    for output in [path] + pemPaths
+                    where !force && (try? FileManager.default.attributesOfItem(atPath: output)) != nil {
+                        throw ILSError(
+                            .conflict,
+                            "\(output) already exists; give --force to replace it or --out for another file"
+                        )
+                    }
+                    // Check now that the file can be written, but create nothing until the controller has said
+                    // yes: a refused enrollment leaves no trace on disk.
+                    let directory = (path as NSString).deletingLastPathComponent
+                    try checkWritable(directory.isEmpty ? "." : directory)
+                },
+                beforeSpending: { () throws(ILSError) in
+                    // Room on disk is checked by taking it: each output's temporary file is made and filled now,
+                    // before the token is spent, and the content goes into it afterwards. A full disk refuses here,
+                    // with the token intact.
+                    outputs = try Outputs.reserve(
+                        [path] + pemPaths,
+                        in: (path as NSString).deletingLastPathComponent
+                    )
+                }
+            )
+        } catch {
+            outputs?.abandon()
+            throw error
+        }
+        do {
+            try outputs?.commit(
+                [try IdentityFileIO.encode(file)] + IdentityPEMFiles.contents(of: file),
+                overwrite: force
+            )
+        } catch {
+            throw ILSError(
+                error.code,
+                "\(error.reason); the token is now used, so ask an admin to run 'admin identity reissue \(file.identity.name)'"
+            )
+        }
+        return Result(file: file, path: path, pemPaths: pemPaths)
+    }
+
+    /// A token as pasted or scanned, without the whitespace that came with it; a JWT holds none.
+    static func normalized(_ token: String) -> String {
+        String(token.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) }.map(Character.init))
+    }
+
+    /// The enrollment itself. Order matters: everything that can be checked locally is checked before the network
+    /// is touched (`checkLocally` adds the caller's own checks); the controller is reached over TLS pinned to the
+    /// token's CA fingerprint; the token's signature is verified with the key the pinned controller publishes;
+    /// only then (after `beforeSpending`) is a key pair made on this machine and the token spent.
+    static func enroll(
+        token raw: String,
+        now: Date,
+        checkLocally: (EnrollmentToken.Claims) throws(ILSError) -> Void,
+        beforeSpending: () throws(ILSError) -> Void
+    ) async throws(ILSError) -> IdentityFile {
+        guard raw.utf8.count <= 4 * EnrollmentToken.maximumLength else { throw EnrollmentRefusal.malformedToken.error }
+        let token = normalized(raw)
         let parsed = try EnrollmentToken.parse(token)
         let claims = parsed.claims
         try EnrollmentToken.checkExpiry(claims, now: Int64(now.timeIntervalSince1970))
         try IdentityName.validate(claims.ils_name)
-        let path = outputPath ?? defaultPath(for: claims.ils_name)
-        let pemPaths = pem ? IdentityPEMFiles.paths(nextTo: path) : []
-        // Anything at the path counts, a dangling symbolic link too (`attributesOfItem` does not follow links): the
-        // refusal must come before the token is spent, not when the file is written.
-        for output in [path] + pemPaths
-        where !force && (try? FileManager.default.attributesOfItem(atPath: output)) != nil {
-            throw ILSError(.conflict, "\(output) already exists; give --force to replace it or --out for another file")
-        }
-        // Check now that the file can be written, but create nothing until the controller has said yes: a refused
-        // enrollment leaves no trace on disk.
-        let directory = (path as NSString).deletingLastPathComponent
-        try checkWritable(directory.isEmpty ? "." : directory)
+        try checkLocally(claims)
         let address: ControllerAddress
         do {
             address = try ControllerAddress(parsing: claims.iss)
@@ -80,40 +149,14 @@ public enum Enrollment {
         guard let tokenKey = Base64URL.decode(info.tokenKey) else { throw EnrollmentRefusal.badSignature.error }
         _ = try EnrollmentToken.verify(token, publicKey: tokenKey, now: Int64(now.timeIntervalSince1970))
 
-        // Room on disk is checked by taking it: each output's temporary file is made and filled now, before the
-        // token is spent, and the content goes into it afterwards. A full disk refuses here, with the token intact.
-        let outputs = try Outputs.reserve([path] + pemPaths, in: directory)
+        try beforeSpending()
         let keyPair = IdentityKeyPair.generate()
-        let response: ControllerAPI.EnrollResponse
-        do {
-            response = try await client.call(
-                .POST,
-                "/v1/enroll",
-                body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
-            )
-        } catch {
-            outputs.abandon()
-            throw error
-        }
-        let file: IdentityFile
-        do {
-            file = try checkedFile(response, keyPair: keyPair, claims: claims)
-        } catch {
-            outputs.abandon()
-            throw error
-        }
-        do {
-            try outputs.commit(
-                [try IdentityFileIO.encode(file)] + IdentityPEMFiles.contents(of: file),
-                overwrite: force
-            )
-        } catch {
-            throw ILSError(
-                error.code,
-                "\(error.reason); the token is now used, so ask an admin to run 'admin identity reissue \(claims.ils_name)'"
-            )
-        }
-        return Result(file: file, path: path, pemPaths: pemPaths)
+        let response: ControllerAPI.EnrollResponse = try await client.call(
+            .POST,
+            "/v1/enroll",
+            body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
+        )
+        return try checkedFile(response, keyPair: keyPair, claims: claims)
     }
 
     /// The identity file for the controller's answer, once it is what the token promised.

@@ -8,7 +8,7 @@ public import NIOPosix
 /// it saw, so tests can check the gateway's effect on the backend (disconnects, headers, backpressure).
 ///
 /// Routes: `/health`, `/headers` (echoes request headers, one `name: value` per line), `/sse?n=&interval_ms=`
-/// (Server-Sent Events), `/plain?n=&interval_ms=` (a streamed `application/octet-stream`), `/bytes?size=`
+/// (Server-Sent Events), `/sse-held?n=` (SSE whose last event waits for `held.release()`), `/plain?n=&interval_ms=` (a streamed `application/octet-stream`), `/bytes?size=`
 /// (deterministic bytes, written only while the socket is writable), `/upload` (answers byte count and SHA-256),
 /// `/slow-headers` (never answers), `/die-mid-stream`, `/close-before-headers`, `/ws` (a protocol switch, then an
 /// echo that greets first).
@@ -42,6 +42,8 @@ public final class TestBackend: Sendable {
     }
 
     public let record: Record
+    /// Releases the last event of `/sse-held` streams.
+    public let held: HeldEvent
     public let port: Int
     private let listener: any Channel
     private let children: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
@@ -49,11 +51,13 @@ public final class TestBackend: Sendable {
     private init(
         port: Int,
         record: Record,
+        held: HeldEvent,
         listener: any Channel,
         children: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
     ) {
         self.port = port
         self.record = record
+        self.held = held
         self.listener = listener
         self.children = children
     }
@@ -63,6 +67,7 @@ public final class TestBackend: Sendable {
         -> TestBackend
     {
         let record = Record()
+        let held = HeldEvent()
         let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
         let listener = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -76,11 +81,17 @@ public final class TestBackend: Sendable {
                         record.update { $0.connectionsClosed += 1 }
                     }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(TestBackendHandler(record: record))
+                    try channel.pipeline.syncOperations.addHandler(TestBackendHandler(record: record, held: held))
                 }
             }
             .bind(host: "127.0.0.1", port: port).get()
-        return TestBackend(port: listener.localAddress!.port!, record: record, listener: listener, children: children)
+        return TestBackend(
+            port: listener.localAddress!.port!,
+            record: record,
+            held: held,
+            listener: listener,
+            children: children
+        )
     }
 
     /// Stops listening and closes every connection it accepted, like a backend process that exits.

@@ -13,19 +13,23 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
         case upload(SHA256, Int)
         case bytes(remaining: Int, offset: Int)
         case streaming
+        /// `/sse-held`: the events before the last go out on their own; the last (with this index) is held.
+        case held(Int)
         case silent
         case switching(HTTPRequestHead)
     }
 
     private let record: TestBackend.Record
+    private let held: HeldEvent
     private var route = Route.none
     private var streamTask: Scheduled<Void>?
     private var streamFinished = true
     private var context: ChannelHandlerContext?
     private var writingBytes = false
 
-    init(record: TestBackend.Record) {
+    init(record: TestBackend.Record, held: HeldEvent) {
         self.record = record
+        self.held = held
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -94,6 +98,17 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
                 contentType: type,
                 sse: path == "/sse"
             )
+        case "/sse-held":
+            let count = max(query["n"].flatMap(Int.init) ?? 3, 2)
+            startStream(
+                context,
+                count: count - 1,
+                interval: .milliseconds(10),
+                contentType: "text/event-stream",
+                sse: true
+            )
+            // `sendEvent` ends the stream after `count - 1` events; the last one waits for the test instead.
+            route = .held(count - 1)
         case "/bytes":
             let size = query["size"].flatMap(Int.init) ?? 0
             var headers = HTTPHeaders()
@@ -150,6 +165,19 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func sendEvent(_ context: ChannelHandlerContext, index: Int, count: Int, interval: TimeAmount, sse: Bool) {
         guard !streamFinished else { return }
+        if index == count, case .held(let last) = route {
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let eventLoop = context.eventLoop
+            held.whenReleased {
+                eventLoop.execute {
+                    let handler = loopBound.value
+                    guard let context = handler.context else { return }
+                    handler.route = .streaming
+                    handler.sendEvent(context, index: last, count: last + 1, interval: interval, sse: sse)
+                }
+            }
+            return
+        }
         guard index < count else {
             streamFinished = true
             record.update { $0.streamsCompleted += 1 }

@@ -460,6 +460,22 @@ def ils_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def client_example_bin(ils_bin: Path) -> Path:
+    """ils-client-example, built by the same `swift build` next to ils-gateway (or ILS_CLIENT_EXAMPLE_BIN)."""
+    raw = os.environ.get("ILS_CLIENT_EXAMPLE_BIN")
+    path = Path(raw) if raw else ils_bin.parent / "ils-client-example"
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(
+            f"ils-client-example not found or not executable at {path}. Build it (`swift build` in {REPO_ROOT}) "
+            f"or point ILS_CLIENT_EXAMPLE_BIN at it.",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
 def work_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="ils-e2e-") as d:
         yield Path(d)

@@ -1,0 +1,48 @@
+import Foundation
+public import ILSCore
+
+/// Where a device keeps its identity (certificate, private key, CA, controller address). An app implements it
+/// to keep the identity where its platform wants secrets kept; ILSClient gives a 0600 file (`FileIdentityStore`,
+/// the default) and, on Apple platforms, the Keychain (`KeychainIdentityStore`).
+///
+/// The private key is in the identity: an implementation must keep it on this device (no sync, no backup that
+/// leaves the device) and readable by this app only.
+public protocol IdentityStore: Sendable {
+    /// The stored identity, or nil when the device is not enrolled.
+    func load() throws(ILSError) -> IdentityFile?
+    /// Stores `identity`, replacing any stored one.
+    func save(_ identity: IdentityFile) throws(ILSError)
+    /// Forgets the stored identity; nothing stored is not an error.
+    func delete() throws(ILSError)
+}
+
+/// The identity in a JSON file written with mode 0600, atomically (`IdentityFileIO`): the same file
+/// `ils-gateway enroll` writes and `ils-gateway tunnel` reads.
+public struct FileIdentityStore: IdentityStore {
+    public let path: String
+
+    public init(path: String) {
+        self.path = path
+    }
+
+    public func load() throws(ILSError) -> IdentityFile? {
+        do {
+            return try IdentityFileIO.read(path)
+        } catch  where error.code == .notFound {
+            return nil
+        }
+    }
+
+    public func save(_ identity: IdentityFile) throws(ILSError) {
+        try IdentityFileIO.write(identity, to: path, overwrite: true)
+    }
+
+    public func delete() throws(ILSError) {
+        guard FileManager.default.fileExists(atPath: path) else { return }
+        do {
+            try FileManager.default.removeItem(atPath: path)
+        } catch {
+            throw ILSError(.cannotWrite, "could not remove \(path): \(error.localizedDescription)")
+        }
+    }
+}

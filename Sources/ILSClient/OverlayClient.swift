@@ -1,0 +1,117 @@
+public import Foundation
+public import ILSCore
+import NIOCore
+import NIOHTTP1
+
+#if canImport(FoundationNetworking)
+public import FoundationNetworking
+#endif
+
+/// An app's way into the overlay: HTTP requests to services, end-to-end encrypted to the gateway that hosts them,
+/// through URLSession (`sessionConfiguration`) or an `async` API (`stream`).
+///
+/// A request names its service by its URL's host: `http://claude-api/claude/stream` goes to the service
+/// `claude-api`, path `/claude/stream`. A session configuration can also route other hosts to a service
+/// (`["api.example.com": "claude-api"]`), so the same URLs work in HTTP mode and through the overlay. The scheme
+/// and port of the URL do not matter: the circuit is encrypted end to end whatever they say.
+public final class OverlayClient: Sendable {
+    /// The overlay connection this client dials through (one controller connection, one circuit per request).
+    public let dialer: OverlayDialer
+
+    public init(dialer: OverlayDialer) {
+        self.dialer = dialer
+    }
+
+    public convenience init(identity: IdentityFile) throws(ILSError) {
+        self.init(dialer: try OverlayDialer(identity: identity))
+    }
+
+    /// Sends `request` to `service` (the URL's host when nil) and returns once the response head has arrived.
+    /// The body comes as it arrives, chunk by chunk, from `OverlayResponse.body`; cancelling the task that reads it
+    /// (or dropping the response) closes the circuit, and the gateway then closes its backend connection.
+    ///
+    /// Failures are `URLError`s whose `ilsReason` is the overlay's reason (see `OverlayURLError`).
+    public func stream(_ request: URLRequest, service: String? = nil) async throws(URLError) -> OverlayResponse {
+        let url = request.url
+        do {
+            let (head, service) = try Self.head(for: request, service: service)
+            let exchange = try await OverlayExchange.open(
+                dialer: dialer,
+                service: service,
+                head: head,
+                idleTimeout: Self.idleTimeout(request)
+            )
+            let body = OverlayRequestBody(request)
+            // The body goes on while the response is read: a backend may answer (or refuse) before it has read all
+            // of it.
+            Task {
+                do {
+                    try await exchange.send(body)
+                } catch {
+                    exchange.close()
+                }
+            }
+            let handle = OverlayResponse.Handle(exchange)
+            guard case .head(let responseHead) = try await exchange.next() else {
+                throw OverlayURLError.make(code: "truncated", reason: "the circuit ended before a response", url: url)
+            }
+            return OverlayResponse(
+                response: try Self.response(responseHead, url: url ?? URL(string: "http://\(service)/")!),
+                body: OverlayResponse.Body(handle: handle, url: url)
+            )
+        } catch {
+            throw OverlayURLError.make(error, url: url)
+        }
+    }
+
+    /// The HTTP/1.1 head for `request`, and the service it goes to.
+    static func head(for request: URLRequest, service: String?) throws(URLError) -> (HTTPRequestHead, String) {
+        guard let url = request.url, let host = url.host, !host.isEmpty,
+            let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        else {
+            throw OverlayURLError.make(code: "invalid_url", reason: "the URL names no service", url: request.url)
+        }
+        var target = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        if let query = components.percentEncodedQuery { target += "?\(query)" }
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: host)
+        for (name, value) in request.allHTTPHeaderFields ?? [:] where name.lowercased() != "host" {
+            headers.add(name: name, value: value)
+        }
+        let method = HTTPMethod(rawValue: request.httpMethod ?? "GET")
+        if !headers.contains(name: "Content-Length"), !headers.contains(name: "Transfer-Encoding") {
+            if let data = request.httpBody {
+                headers.add(name: "Content-Length", value: String(data.count))
+            } else if request.httpBodyStream != nil {
+                headers.add(name: "Transfer-Encoding", value: "chunked")
+            } else if method != .GET, method != .HEAD, method != .DELETE, method != .OPTIONS {
+                headers.add(name: "Content-Length", value: "0")
+            }
+        }
+        return (HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: headers), service ?? host)
+    }
+
+    /// URLSession's meaning of `timeoutInterval`: the longest wait for the next bytes, not for the whole response.
+    static func idleTimeout(_ request: URLRequest) -> TimeAmount {
+        let seconds = request.timeoutInterval > 0 ? request.timeoutInterval : 60
+        return .milliseconds(Int64(seconds * 1000))
+    }
+
+    static func response(_ head: HTTPResponseHead, url: URL) throws(URLError) -> HTTPURLResponse {
+        var fields: [String: String] = [:]
+        for (name, value) in head.headers {
+            fields[name] = fields[name].map { "\($0), \(value)" } ?? value
+        }
+        guard
+            let response = HTTPURLResponse(
+                url: url,
+                statusCode: Int(head.status.code),
+                httpVersion: "HTTP/1.1",
+                headerFields: fields
+            )
+        else {
+            throw OverlayURLError.make(code: "invalid_response", reason: "the response head is not valid", url: url)
+        }
+        return response
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One HTTP/1.1 request and its response over one circuit: the app's `URLRequest` is encoded with NIOHTTP1 onto
+/// the circuit's plaintext, and the response is parsed with NIOHTTP1 as its bytes arrive (`OverlayResponseReader`).
+///
+/// Each exchange has a circuit of its own, closed when the exchange is done or given up: closing the circuit is
+/// what tells the gateway to close its backend connection, which is how a cancelled request stops the backend's
+/// generation.
+final class OverlayExchange: Sendable {
+    /// How many body bytes go into one write: big enough to keep the circuit's records full, small enough that an
+    /// upload of any size holds only a few of them at a time.
+    static let chunkSize = 64 * 1024
+
+    let channel: any Channel
+    private let reader: NIOLoopBound<OverlayResponseReader>
+
+    private init(channel: any Channel, reader: NIOLoopBound<OverlayResponseReader>) {
+        self.channel = channel
+        self.reader = reader
+    }
+
+    /// Dials `service`, sets up HTTP/1.1 on the circuit and sends the request head.
+    static func open(
+        dialer: OverlayDialer,
+        service: String,
+        head: HTTPRequestHead,
+        idleTimeout: TimeAmount
+    ) async throws -> OverlayExchange {
+        let channel = try await dialer.dial(service: service).get()
+        do {
+            let exchange = try await channel.eventLoop.submit {
+                let pipeline = channel.pipeline.syncOperations
+                try pipeline.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes)
+                let reader = OverlayResponseReader(idleTimeout: idleTimeout)
+                try pipeline.addHandler(reader)
+                return OverlayExchange(channel: channel, reader: NIOLoopBound(reader, eventLoop: channel.eventLoop))
+            }.get()
+            try await exchange.write(.head(head))
+            return exchange
+        } catch {
+            channel.close(promise: nil)
+            throw error
+        }
+    }
+
+    /// Writes one request part; waits for it to leave when the circuit is not writable, so that the sender goes
+    /// no faster than the gateway reads.
+    func write(_ part: HTTPClientRequestPart) async throws {
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        channel.writeAndFlush(part, promise: written)
+        if !channel.isWritable {
+            try await withTaskCancellationHandler {
+                try await written.futureResult.get()
+            } onCancel: {
+                self.close()
+            }
+        }
+    }
+
+    /// Sends `body` in chunks, then the end of the request.
+    func send(_ body: OverlayRequestBody) async throws {
+        switch body {
+        case .none:
+            break
+        case .data(let data):
+            var offset = data.startIndex
+            while offset < data.endIndex {
+                try Task.checkCancellation()
+                let end = min(offset + Self.chunkSize, data.endIndex)
+                try await write(.body(.byteBuffer(ByteBuffer(bytes: data[offset..<end]))))
+                offset = end
+            }
+        case .stream(let box):
+            let stream = box.stream
+            stream.open()
+            defer { stream.close() }
+            var chunk = [UInt8](repeating: 0, count: Self.chunkSize)
+            while true {
+                try Task.checkCancellation()
+                let count = chunk.withUnsafeMutableBufferPointer { stream.read($0.baseAddress!, maxLength: $0.count) }
+                if count < 0 {
+                    throw OverlayURLError.make(
+                        code: "body_unreadable",
+                        reason: "the request body could not be read",
+                        url: nil
+                    )
+                }
+                if count == 0 { break }
+                try await write(.body(.byteBuffer(ByteBuffer(bytes: chunk[0..<count]))))
+            }
+        }
+        try await write(.end(nil))
+    }
+
+    /// The next part of the response, `nil` after its end. Cancelling the waiting task closes the circuit.
+    func next() async throws -> HTTPClientResponsePart? {
+        let promise = channel.eventLoop.makePromise(of: HTTPClientResponsePart?.self)
+        let reader = self.reader
+        channel.eventLoop.execute { reader.value.next(promise) }
+        return try await withTaskCancellationHandler {
+            try await promise.futureResult.get()
+        } onCancel: {
+            self.close()
+        }
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+}
+
+/// A request body as URLSession hands it to a protocol: none, bytes in memory, or a stream (upload tasks).
+enum OverlayRequestBody: Sendable {
+    case none
+    case data(Data)
+    case stream(StreamBox)
+
+    /// An `InputStream` is read by one task only, start to end.
+    final class StreamBox: @unchecked Sendable {
+        let stream: InputStream
+        init(_ stream: InputStream) { self.stream = stream }
+    }
+
+    init(_ request: URLRequest) {
+        if let data = request.httpBody {
+            self = .data(data)
+        } else if let stream = request.httpBodyStream {
+            self = .stream(StreamBox(stream))
+        } else {
+            self = .none
+        }
+    }
+}

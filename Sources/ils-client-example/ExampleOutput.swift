@@ -1,0 +1,24 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Output that reaches its reader at once: each line is written with one unbuffered write, so a line appears when
+/// it arrives even when stdout is a pipe (stdio would hold it in a 4 KiB buffer).
+enum ExampleOutput {
+    static func line(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    static func say(_ text: String) {
+        line(text)
+    }
+
+    static func fail(_ sentence: String, status: Int32) -> Never {
+        FileHandle.standardError.write(Data("ils-client-example: \(sentence)\n".utf8))
+        exit(status)
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import ILSClient
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Prints each line of a response as it arrives, with its arrival time; an HTTP error's body goes to stderr.
+final class LinePrinter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    // @unchecked: every callback runs on `queue`, which runs one operation at a time.
+    let queue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    private var pending = Data()
+    private var status = 0
+    private var errorBody = Data()
+    private var finished: CheckedContinuation<Result<Void, ExampleFailure>, Never>?
+
+    private static let clock: DateFormatter = {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "HH:mm:ss.SSS"
+        return formatter
+    }()
+
+    /// Runs `task` to its end.
+    func run(_ task: URLSessionDataTask) async -> Result<Void, ExampleFailure> {
+        await withCheckedContinuation { continuation in
+            queue.addOperation {
+                self.finished = continuation
+                task.resume()
+            }
+        }
+    }
+
+    func urlSession(
+        _ session: URLSession,
+        dataTask: URLSessionDataTask,
+        didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
+        status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        guard (200..<300).contains(status) else {
+            // An error answer is short; what is kept of it is bounded all the same.
+            if errorBody.count < 4096 { errorBody.append(data.prefix(4096 - errorBody.count)) }
+            return
+        }
+        pending.append(data)
+        while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+            emit(pending[pending.startIndex..<newline])
+            pending.removeSubrange(pending.startIndex...newline)
+        }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let result: Result<Void, ExampleFailure>
+        if let error = error as? URLError {
+            result = .failure(ExampleFailure(error))
+        } else if let error {
+            result = .failure(ExampleFailure(sentence: "the request failed: \(error.localizedDescription)", status: 74))
+        } else if !(200..<300).contains(status) {
+            result = .failure(ExampleFailure(status: status, body: errorBody))
+        } else {
+            emit(pending)
+            result = .success(())
+        }
+        finished?.resume(returning: result)
+        finished = nil
+    }
+
+    private func emit(_ line: Data) {
+        var text = String(decoding: line, as: UTF8.self)
+        if text.hasSuffix("\r") { text.removeLast() }
+        guard !text.isEmpty else { return }
+        ExampleOutput.line("\(Self.clock.string(from: Date())) \(text)")
+    }
+}

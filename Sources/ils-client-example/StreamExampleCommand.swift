@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import ILSClient
+import ILSCore
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `ils-client-example stream`: the app's streaming request, through the overlay, with plain URLSession code.
+struct StreamExampleCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stream",
+        abstract: "Send a request through the overlay with URLSession and print the answer line by line as it arrives.",
+        discussion: """
+            The request goes to http://SERVICE/PATH in a URLSession whose configuration routes the host SERVICE \
+            through ILSClient: end-to-end encrypted to the gateway hosting SERVICE. GET, or POST with --data as a \
+            JSON body. Each non-empty line of the answer is printed when it arrives, prefixed with the local arrival \
+            time as HH:MM:SS.mmm. An HTTP error from the service prints its body on stderr and exits 76; an overlay \
+            failure prints its reason (identity_blocked, unknown_service, ...) and exits with its status.
+            """
+    )
+
+    @Option(help: "The identity file (from enroll).")
+    var identity: String
+
+    @Argument(help: "The path and query on the service, e.g. '/claude/stream?prompt=hi'.")
+    var path: String
+
+    @Option(help: "A JSON body: the request becomes a POST with Content-Type application/json.")
+    var data: String?
+
+    @Option(help: "The service to reach.")
+    var service = "claude-api"
+
+    func validate() throws {
+        guard path.hasPrefix("/") else { throw ValidationError("PATH must start with '/', e.g. /claude/stream") }
+        guard !service.isEmpty, service.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "/") }) else {
+            throw ValidationError("--service must be a service name such as claude-api")
+        }
+    }
+
+    func run() async throws {
+        guard let file = try FileIdentityStore(path: identity).load() else {
+            throw ILSError(.invalidInput, "no identity file at \(identity); enroll first")
+        }
+        let client = try OverlayClient(identity: file)
+        guard let url = URL(string: "http://\(service)\(path)") else {
+            throw ValidationError("'\(path)' is not a valid path and query")
+        }
+        var request = URLRequest(url: url)
+        request.setValue("text/event-stream, application/json", forHTTPHeaderField: "Accept")
+        if let data {
+            request.httpMethod = "POST"
+            request.httpBody = Data(data.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let printer = LinePrinter()
+        let session = URLSession(
+            configuration: client.sessionConfiguration(services: [service]),
+            delegate: printer,
+            delegateQueue: printer.queue
+        )
+        let outcome = await printer.run(session.dataTask(with: request))
+        session.invalidateAndCancel()
+        try outcome.get()
+    }
+}
