@@ -13,6 +13,15 @@ func files(under directory: String) -> Set<String> {
     Set(FileManager.default.enumerator(atPath: directory)?.compactMap { $0 as? String } ?? [])
 }
 
+/// Where an enrollment could write in the working directory: its top level (not the build directories, which other
+/// builds change meanwhile) and, recursively, `identities/`, where `ils-gateway enroll` puts identity files.
+func enrollmentTargets(in directory: String) -> Set<String> {
+    let top = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    return Set(top.filter { !$0.hasPrefix(".build") }).union(
+        files(under: "\(directory)/identities").map { "identities/\($0)" }
+    )
+}
+
 @Suite("Enrollment that returns the identity, and where it is stored")
 struct EnrollmentStoreTests {
     @Test("a pasted token (with whitespace around and inside) enrolls in memory and writes no file")
@@ -23,13 +32,13 @@ struct EnrollmentStoreTests {
             let pasted = "  \n" + token[..<cut] + "\n  " + token[cut...] + " \r\n"
             let clusterFiles = files(under: cluster.directory)
             let cwd = FileManager.default.currentDirectoryPath
-            let cwdFiles = files(under: cwd)
+            let cwdFiles = enrollmentTargets(in: cwd)
 
             let identity = try await Enrollment.enroll(token: pasted)
 
             #expect(identity.identity.name == "ipad2")
             #expect(files(under: cluster.directory) == clusterFiles)
-            #expect(files(under: cwd) == cwdFiles)
+            #expect(enrollmentTargets(in: cwd) == cwdFiles)
             #expect(!FileManager.default.fileExists(atPath: "\(cwd)/identities/ipad2.json"))
             // The identity works.
             let response = try await OverlayClient(identity: identity).stream(
