@@ -69,13 +69,14 @@ public struct E2EHandshakeV3: E2EHandshakeVersion {
         responderEphemeral: [UInt8],
         transcript: [UInt8]
     ) -> E2EDirectionKeys {
+        // One extract, two expands: the same bytes as two full HKDF calls, at half the HMACs for the extract.
+        let pseudoRandomKey = HKDF<SHA256>.extract(
+            inputKeyMaterial: SymmetricKey(data: sharedSecret.withUnsafeBytes { Array($0) }),
+            salt: transcript
+        )
         func key(_ info: String) -> [UInt8] {
-            sharedSecret.hkdfDerivedSymmetricKey(
-                using: SHA256.self,
-                salt: transcript,
-                sharedInfo: Array(info.utf8),
-                outputByteCount: 32
-            ).withUnsafeBytes { Array($0) }
+            HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array(info.utf8), outputByteCount: 32)
+                .withUnsafeBytes { Array($0) }
         }
         return E2EDirectionKeys(
             initiatorToResponder: key("ils-e2e-v3 initiator"),
