@@ -7,6 +7,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK
+import NIOHTTP1
 import NIOHTTP2
 
 /// What the gateway currently knows from the controller: who may dial the service it hosts, and who is revoked.
@@ -236,9 +237,16 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                             },
                             onEstablished: { channel, event in
                                 shared.context.policy.track(channel, identityID: event.peer.id)
+                                let pipeline = channel.pipeline.syncOperations
                                 try shared.context.core.configureClientPipeline(
-                                    channel.pipeline.syncOperations,
+                                    pipeline,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
+                                )
+                                // Between the HTTP codec and the proxy core: a close between two exchanges is a
+                                // clean end of the circuit (FINAL), one mid-response a cut.
+                                try pipeline.addHandler(
+                                    CircuitCloseHandler(),
+                                    position: .after(try pipeline.handler(type: HTTPServerPipelineHandler.self))
                                 )
                             },
                             handshakeTimeout: shared.context.handshakeTimeout
