@@ -13,9 +13,12 @@ import NIOHTTP1
 ///
 /// After a half-close the circuit waits `lingerTimeout` for the device to end its side too (a stream closes once
 /// both directions have ended), then is closed anyway: a device that keeps its side open must not pin it.
-/// Leaves the pipeline at a `101 Switching Protocols`: from there the glue carries raw bytes and maps half-closes
-/// across itself.
-final class CircuitCloseHandler: ChannelOutboundHandler, RemovableChannelHandler {
+/// Once ended, what the device still sends is dropped: the proxy core must not start an exchange it can no longer
+/// answer. Leaves the pipeline at a `101 Switching Protocols`: from there the glue carries raw bytes and maps
+/// half-closes across itself.
+final class CircuitCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
@@ -29,6 +32,8 @@ final class CircuitCloseHandler: ChannelOutboundHandler, RemovableChannelHandler
         case responding
         /// The clean end went out; the circuit waits for the device's end.
         case ended
+        /// The gateway cuts the circuit whatever the exchange's state (`abort`).
+        case aborting
     }
 
     private var state = State.idle
@@ -41,6 +46,22 @@ final class CircuitCloseHandler: ChannelOutboundHandler, RemovableChannelHandler
 
     func handlerRemoved(context: ChannelHandlerContext) {
         lingerTimer?.cancel()
+    }
+
+    /// Closes `channel`, a circuit, abortively (RST_STREAM, no FINAL) even between two exchanges: a revoked
+    /// identity's circuit ends at once, and its device must not take that end for a clean one.
+    static func abort(_ channel: any Channel) {
+        channel.eventLoop.execute {
+            if let handler = try? channel.pipeline.syncOperations.handler(type: CircuitCloseHandler.self) {
+                handler.state = .aborting
+            }
+            channel.close(promise: nil)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .ended = state { return }
+        context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -28,7 +28,7 @@ public final class GatewayPolicy: Sendable {
         let doomed = circuits.withLockedValue { circuits in
             blocked.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
         }
-        for channel in doomed { channel.close(promise: nil) }
+        for channel in doomed { CircuitCloseHandler.abort(channel) }
     }
 
     /// Remembers an established circuit so a revocation can end it.
@@ -45,7 +45,7 @@ public final class GatewayPolicy: Sendable {
             }
         }
         // Revoked between the handshake and now: close at once.
-        if revoked.withLockedValue({ $0.contains(identityID) }) { channel.close(promise: nil) }
+        if revoked.withLockedValue({ $0.contains(identityID) }) { CircuitCloseHandler.abort(channel) }
     }
 
     /// Whether the gateway itself would refuse this identity.

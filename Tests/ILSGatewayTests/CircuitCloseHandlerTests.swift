@@ -72,4 +72,23 @@ struct CircuitCloseHandlerTests {
         #expect(modes.modes.withLockedValue { $0 } == [.all])
         #expect(!channel.isActive)
     }
+
+    @Test("a revoked identity's circuit is cut even between exchanges, never ended cleanly")
+    func abortBetweenExchanges() throws {
+        let (channel, modes) = try Self.circuit()
+        defer { _ = try? channel.finish() }
+        CircuitCloseHandler.abort(channel)
+        channel.embeddedEventLoop.run()
+        #expect(modes.modes.withLockedValue { $0 } == [.all])
+        #expect(!channel.isActive)
+    }
+
+    @Test("after the clean end, what the device still sends does not reach the proxy core")
+    func inputAfterTheEndIsDropped() throws {
+        let (channel, _) = try Self.circuit()
+        defer { _ = try? channel.finish() }
+        channel.close(promise: nil)
+        try channel.writeInbound(HTTPServerRequestPart.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: "/")))
+        #expect(try channel.readInbound(as: HTTPServerRequestPart.self) == nil)
+    }
 }
