@@ -49,15 +49,15 @@ struct CertificateExtensionTests {
         #expect(try server.extensions.subjectKeyIdentifier != nil)
     }
 
-    @Test("the shape issued before (no AKI) is what the strict verifier refuses")
+    @Test("the shape issued before (no AKI) is what the strict verifier refuses, and it still works end to end")
     func oldShapeIsRefused() throws {
         let authority = try CertificateAuthority.create(name: "strict CA")
         let caKey = try P256.Signing.PrivateKey(pemRepresentation: authority.privateKeyPEM)
-        let deviceKey = Curve25519.Signing.PrivateKey()
+        let deviceKey = IdentityKeyPair.generate()
         let old = try Certificate(
             version: .v3,
             serialNumber: .init(),
-            publicKey: .init(deviceKey.publicKey),
+            publicKey: .init(try Curve25519.Signing.PublicKey(rawRepresentation: deviceKey.publicKey)),
             notValidBefore: Date().addingTimeInterval(-300),
             notValidAfter: Date().addingTimeInterval(86400),
             issuer: authority.certificate.subject,
@@ -83,6 +83,19 @@ struct CertificateExtensionTests {
         )
         #expect(result.status != 0)
         #expect(result.output.contains("Authority Key Identifier"))
+
+        // An identity enrolled before keeps working until it renews: its end-to-end handshake still completes.
+        let device = try E2EHandshake.Credentials(
+            certificatePEM: try old.serializeAsPEM().pemString,
+            privateKeyPEM: deviceKey.privateKeyPEM,
+            caCertificatePEM: authority.certificatePEM
+        )
+        let gateway = try TestIdentities.credentials(authority, name: "gw", role: .gateway)
+        let initiator = E2EInitiator(credentials: device, service: "claude-api")
+        let responder = E2EResponder(credentials: gateway)
+        let (serverHello, _, _) = try responder.receiveClientHello(initiator.clientHello())
+        let (finished, _) = try initiator.receiveServerHello(serverHello)
+        #expect(try responder.receiveClientFinished(finished).peer.name == "old")
     }
 
     static func directory() throws -> URL {
