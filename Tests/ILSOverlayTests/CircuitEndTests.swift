@@ -18,6 +18,7 @@ final class EndRecorder: ChannelInboundHandler, Sendable {
 
     struct Seen {
         var bytes = ""
+        var count = 0
         var ended = false
         var errors: [String] = []
         var truncated = false
@@ -29,8 +30,12 @@ final class EndRecorder: ChannelInboundHandler, Sendable {
     init(closed: EventLoopPromise<Void>) { self.closed = closed }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let text = String(buffer: unwrapInboundIn(data))
-        seen.withLockedValue { $0.bytes += text }
+        let buffer = unwrapInboundIn(data)
+        let text = String(buffer: buffer)
+        seen.withLockedValue {
+            $0.bytes += text
+            $0.count += buffer.readableBytes
+        }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
