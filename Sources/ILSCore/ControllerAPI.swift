@@ -212,4 +212,21 @@ public struct IdentityFile: Codable, Sendable {
         self.caCertificate = caCertificate
         self.privateKey = privateKey
     }
+
+    private enum CodingKeys: String, CodingKey {
+        case version, controller, identity, certificate, caCertificate, privateKey
+    }
+
+    /// Reads a file another conforming client may have written: keys in any order, unknown keys ignored (JSON
+    /// objects are unordered, and a later version may add keys), and the three PEM values brought to one layout
+    /// (`PEMText.canonical`: CRLF, a missing final newline, indentation, other line widths).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decode(Int.self, forKey: .version)
+        controller = try container.decode(String.self, forKey: .controller)
+        identity = try container.decode(IdentityRecord.self, forKey: .identity)
+        certificate = PEMText.canonical(try container.decode(String.self, forKey: .certificate))
+        caCertificate = PEMText.canonical(try container.decode(String.self, forKey: .caCertificate))
+        privateKey = PEMText.canonical(try container.decode(String.self, forKey: .privateKey))
+    }
 }

@@ -45,6 +45,9 @@ public struct CertificateAuthority: Sendable {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 SubjectKeyIdentifier(hash: .init(key.publicKey))
+                // Self-signed: RFC 5280 §4.2.1.1 lets it omit the AKI, but strict verifiers look for it on every
+                // certificate of a chain; it names the CA's own key.
+                AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: .init(key.publicKey)).keyIdentifier)
             },
             issuerPrivateKey: .init(key)
         )
@@ -85,6 +88,8 @@ public struct CertificateAuthority: Sendable {
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth])
                 SubjectAlternativeNames(names)
+                SubjectKeyIdentifier(hash: .init(key.publicKey))
+                AuthorityKeyIdentifier(keyIdentifier: authorityKeyIdentifier)
             },
             issuerPrivateKey: .init(privateKey)
         )
@@ -116,6 +121,8 @@ public struct CertificateAuthority: Sendable {
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.clientAuth, .serverAuth])
                 SubjectAlternativeNames([.uniformResourceIdentifier(IdentityCertificate.uriPrefix + identity.id)])
+                SubjectKeyIdentifier(hash: .init(key))
+                AuthorityKeyIdentifier(keyIdentifier: authorityKeyIdentifier)
             },
             issuerPrivateKey: .init(privateKey)
         )
@@ -124,6 +131,15 @@ public struct CertificateAuthority: Sendable {
             fingerprint: Fingerprint.sha256(Self.der(certificate)),
             notAfter: Int64(notAfter.timeIntervalSince1970)
         )
+    }
+
+    /// The key identifier that every certificate this CA issues names in its AuthorityKeyIdentifier (RFC 5280
+    /// §4.2.1.1): the CA certificate's own SubjectKeyIdentifier, which this CA computes by RFC 5280 §4.2.1.2's
+    /// method 1 (SHA-1 of the subjectPublicKey BIT STRING's value). A CA certificate without one (none made here)
+    /// gets the same hash computed.
+    var authorityKeyIdentifier: ArraySlice<UInt8> {
+        if let own = try? certificate.extensions.subjectKeyIdentifier { return own.keyIdentifier }
+        return SubjectKeyIdentifier(hash: certificate.publicKey).keyIdentifier
     }
 
     static func der(_ certificate: Certificate) -> [UInt8] {

@@ -42,6 +42,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         }
     }
     private var output = Output.open
+    private var end = CircuitEnd()
     private let service: String
 
     /// `version` is the handshake this device speaks: the current one unless a test plays an older device.
@@ -114,13 +115,39 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
             do {
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
-                if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+                if final {
+                    end.finalReceived()
+                    context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+                }
             } catch {
                 fail(context, error)
             }
         case .idle, .failed:
             break
         }
+    }
+
+    /// END_STREAM from below ends the gateway's direction. After its FINAL record that is the expected end (and
+    /// `inputClosed` has gone up already); without it the direction was cut, and the app is told so instead of
+    /// seeing an end of input that looks like a complete answer.
+    public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard case ChannelEvent.inputClosed = event, case .established = state else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        if end.reportTruncation() {
+            fail(context, E2ECircuitError.truncated)
+        }
+    }
+
+    /// A reset of the established circuit's stream that this side did not ask for is a truncation (reported once,
+    /// in place of the HTTP/2 error); other errors go up unchanged.
+    public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case .established = state, CircuitEnd.isCut(error) {
+            if end.reportTruncation() { context.fireErrorCaught(E2ECircuitError.truncated) }
+            return
+        }
+        context.fireErrorCaught(error)
     }
 
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -144,10 +171,26 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         }
     }
 
-    /// A half-close from the app becomes the FINAL record, so the gateway can tell "done" from "cut".
-    /// Before the handshake completes the half-close waits for it (see `Output`); passing it down would end the
-    /// stream before the writes held for the handshake.
+    /// A half-close from the app becomes the FINAL record, then END_STREAM, so the gateway can tell "done" from
+    /// "cut". Before the handshake completes the half-close waits for it (see `Output`); passing it down would end
+    /// the stream before the writes held for the handshake.
+    ///
+    /// A full close after the gateway's FINAL record (the answer is complete) is a clean end too: FINAL and
+    /// END_STREAM, and the stream closes once both directions have ended. Any other full close is abortive
+    /// (RST_STREAM): the gateway learns the device went away mid-exchange, and stops the backend's work.
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode == .all, end.peerFinished, output.isOpen, case .established(let layer) = state {
+            let channel = context.channel
+            let ended = context.eventLoop.makePromise(of: Void.self)
+            sendFinal(layer: layer, context: context, promise: ended)
+            ended.futureResult.whenComplete { _ in
+                // Both directions have ended by now (the peer's FINAL came first) and the stream closes by itself; a
+                // close here only cleans up should the peer's END_STREAM be late.
+                channel.close(promise: nil)
+                promise?.succeed()
+            }
+            return
+        }
         if mode == .output {
             switch (state, output) {
             case (.failed, _):
@@ -169,11 +212,12 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                 return
             }
         }
+        if mode == .all { end.closing() }
         dropOutput(ChannelError.ioOnClosedChannel)
         context.close(mode: mode, promise: promise)
     }
 
-    /// What waits in the batch, then the FINAL record, flushed.
+    /// What waits in the batch, then the FINAL record, flushed, then END_STREAM (the half-close passed down).
     private func sendFinal(layer: E2ERecordLayer, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         output = .closed
         if let (plaintext, promise) = batch.drain() {
@@ -181,7 +225,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         }
         layer.write(ByteBuffer(), final: true, promise: nil, to: context)
         context.flush()
-        promise?.succeed()
+        context.close(mode: .output, promise: promise)
     }
 
     /// Fails what waits for a flush and a half-close waiting for the handshake: the circuit is going away.
@@ -198,6 +242,9 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
+        if case .established = state, end.reportTruncation() {
+            context.fireErrorCaught(E2ECircuitError.truncated)
+        }
         dropOutput(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
     }
@@ -215,6 +262,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     }
 
     private func fail(_ context: ChannelHandlerContext, _ error: any Error) {
+        end.closing()
         state = .failed
         dropOutput(error)
         pending.fail(error)

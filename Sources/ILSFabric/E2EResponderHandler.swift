@@ -33,6 +33,9 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private let authorize: Authorize
     private let onEstablished: OnEstablished
     private var batch = RecordBatch()
+    private var end = CircuitEnd()
+    /// The FINAL record has been sent: the gateway's direction is over.
+    private var outputClosed = false
 
     /// `versions` is every handshake version this gateway answers (a gateway passes all of them; see
     /// `E2EResponder`).
@@ -65,13 +68,21 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public func channelInactive(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
         batch.fail(ChannelError.ioOnClosedChannel)
+        if case .established = state, end.reportTruncation() {
+            context.fireErrorCaught(E2ECircuitError.truncated)
+        }
         context.fireChannelInactive()
     }
 
     /// Before the circuit is established nothing above this handler can act on an error (a frame decoder refusing
-    /// an oversized frame, a transport failure): the circuit is closed here. After, the proxy core handles it.
+    /// an oversized frame, a transport failure): the circuit is closed here. After, the proxy core handles it; a
+    /// reset of the stream that the gateway did not ask for reaches it as `E2ECircuitError.truncated`.
     public func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if case .established = state {
+            if CircuitEnd.isCut(error) {
+                if end.reportTruncation() { context.fireErrorCaught(E2ECircuitError.truncated) }
+                return
+            }
             context.fireErrorCaught(error)
             return
         }
@@ -79,21 +90,41 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         context.close(promise: nil)
     }
 
+    /// END_STREAM from below ends the device's direction. After its FINAL record that is the expected end
+    /// (`inputClosed` has gone up already); without it the request was cut: the proxy core is told with
+    /// `E2ECircuitError.truncated` and the circuit closes, so what reached the backend is aborted, never completed
+    /// by an end of input that looks clean.
+    public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard case ChannelEvent.inputClosed = event, case .established = state else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        if end.reportTruncation() {
+            context.fireErrorCaught(E2ECircuitError.truncated)
+            end.closing()
+            batch.fail(ChannelError.ioOnClosedChannel)
+            context.close(promise: nil)
+        }
+    }
+
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         do {
             switch state {
             case .awaitingHello(let responder):
-                let (serverHello, service, peer) = try responder.receiveClientHello(Array(frame.readableBytesView))
+                let answer: (serverHello: [UInt8], service: String, peer: IdentityCertificate)
+                do {
+                    answer = try responder.receiveClientHello(Array(frame.readableBytesView))
+                } catch {
+                    // A hello this gateway cannot answer (a version it does not speak, no suite in common, a
+                    // certificate it does not accept) gets the refusal frame with the reason, not a bare reset:
+                    // the device can then tell its user why.
+                    refuse(context, reason: Self.reason(error))
+                    return
+                }
+                let (serverHello, service, peer) = answer
                 if case .deny(let reason) = authorize(peer, service) {
-                    state = .failed
-                    let channel = context.channel
-                    let refusal = E2ERecordLayer.frame(
-                        E2EHandshake.refusal(reason),
-                        allocator: context.channel.allocator
-                    )
-                    context.writeAndFlush(wrapOutboundOut(refusal))
-                        .whenComplete { _ in channel.close(promise: nil) }
+                    refuse(context, reason: reason)
                     return
                 }
                 state = .awaitingFinished(responder)
@@ -115,20 +146,37 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             case .established(let layer):
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
-                if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+                if final {
+                    end.finalReceived()
+                    context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+                }
             case .failed:
                 break
             }
         } catch {
+            end.closing()
             state = .failed
             context.fireErrorCaught(error)
             context.close(promise: nil)
         }
     }
 
+    /// The sentence of a handshake failure, safe to send: it names what was wrong with the device's own message.
+    private static func reason(_ error: any Error) -> String {
+        (error as? ILSError)?.reason ?? "end-to-end handshake failed"
+    }
+
+    /// Answers the ClientHello with the refusal frame (`0x7F`, the reason) and closes the circuit once it is out.
+    private func refuse(_ context: ChannelHandlerContext, reason: String) {
+        state = .failed
+        let channel = context.channel
+        let refusal = E2ERecordLayer.frame(E2EHandshake.refusal(reason), allocator: context.channel.allocator)
+        context.writeAndFlush(wrapOutboundOut(refusal)).whenComplete { _ in channel.close(promise: nil) }
+    }
+
     /// Writes wait in `batch` for the flush, which seals them as one record (see `RecordBatch`).
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        guard case .established(let layer) = state else {
+        guard case .established(let layer) = state, !outputClosed else {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
@@ -146,20 +194,37 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         context.flush()
     }
 
-    /// Only a half-close (`mode: .output`) is a clean end and sends the FINAL record; a full close is abortive, so
-    /// the device learns that whatever it was receiving was cut short.
+    /// A half-close (`mode: .output`) is a clean end: the FINAL record, then END_STREAM. A full close after the
+    /// device's FINAL record (the exchange is over both ways) is clean too: FINAL and END_STREAM, and the stream
+    /// closes once both directions have ended. Any other full close is abortive (RST_STREAM), so the device learns
+    /// that whatever it was receiving was cut short. (`CircuitCloseHandler` in the gateway turns the proxy core's
+    /// close between two HTTP exchanges into a half-close.)
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if mode == .output, case .established(let layer) = state {
-            // The FINAL record tells the device the response ended here, not that the circuit was cut.
-            if let (plaintext, promise) = batch.drain() {
-                layer.write(plaintext, promise: promise, to: context)
-            }
-            layer.write(ByteBuffer(), final: true, promise: nil, to: context)
-            context.flush()
-            state = .failed
-        } else {
+        guard case .established(let layer) = state, !outputClosed, mode == .output || end.peerFinished else {
+            if mode == .all { end.closing() }
             batch.fail(ChannelError.ioOnClosedChannel)
+            context.close(mode: mode, promise: promise)
+            return
         }
-        context.close(mode: mode, promise: promise)
+        // The FINAL record tells the device the response ended here, not that the circuit was cut.
+        outputClosed = true
+        if let (plaintext, promise) = batch.drain() {
+            layer.write(plaintext, promise: promise, to: context)
+        }
+        layer.write(ByteBuffer(), final: true, promise: nil, to: context)
+        context.flush()
+        if mode == .output {
+            context.close(mode: .output, promise: promise)
+            return
+        }
+        let channel = context.channel
+        let ended = context.eventLoop.makePromise(of: Void.self)
+        context.close(mode: .output, promise: ended)
+        ended.futureResult.whenComplete { _ in
+            // Both directions have ended by now (the peer's FINAL came first) and the stream closes by itself; a
+            // close here only cleans up should the peer's END_STREAM be late.
+            channel.close(promise: nil)
+            promise?.succeed()
+        }
     }
 }

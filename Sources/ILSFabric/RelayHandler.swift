@@ -24,6 +24,10 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// DATA read in the current read burst, not yet handed to the partner.
     private var batch: [HTTP2Frame.FramePayload] = []
     private var batchBytes = 0
+    /// This stream's sender ended its direction (END_STREAM read): the stream may now close cleanly.
+    private var sawEnd = false
+    /// Completes when the last batch handed to the partner has been written there.
+    private var lastWrite: EventLoopFuture<Void>?
     private var context: ChannelHandlerContext?
     /// Counts relayed bytes, for session listings (`admin sessions`).
     private let onBytes: (@Sendable (Int) -> Void)?
@@ -43,6 +47,7 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .data(var payload) = unwrapInboundIn(data) else { return }
+        if payload.endStream { sawEnd = true }
         let size = payload.data.readableBytes
         inFlight += size
         onBytes?(size)
@@ -78,6 +83,7 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
             partner.writeAndFlush(frames.last!, promise: written)
         }
         if partner.eventLoop === eventLoop { send() } else { partner.eventLoop.execute(send) }
+        lastWrite = written.futureResult
         written.futureResult.whenComplete { result in
             // Deferred to a later tick even on the same loop: the completion may fire inside the partner's write.
             eventLoop.execute {
@@ -103,9 +109,19 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// A stream that ended cleanly (its END_STREAM read: both directions over) closes its partner only once what
+    /// was relayed has been written there: the partner's writes may be waiting on its reader's flow-control window,
+    /// and closing at once would reset the stream over them, cutting the tail of the circuit (its FINAL record
+    /// among it) that the relay had already accepted. Any other end (a reset, a lost connection) closes the
+    /// partner at once.
     public func channelInactive(context: ChannelHandlerContext) {
         sendBatch(context: context)
-        partner.close(promise: nil)
+        let partner = self.partner
+        if sawEnd, let lastWrite {
+            lastWrite.whenComplete { _ in partner.close(promise: nil) }
+        } else {
+            partner.close(promise: nil)
+        }
         context.fireChannelInactive()
     }
 

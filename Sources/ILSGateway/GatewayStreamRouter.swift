@@ -8,6 +8,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK
+import NIOHTTP1
 import NIOHTTP2
 
 /// What the gateway currently knows from the controller: who may dial the service it hosts, and who is revoked.
@@ -28,7 +29,7 @@ public final class GatewayPolicy: Sendable {
         let doomed = circuits.withLockedValue { circuits in
             blocked.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
         }
-        for channel in doomed { channel.close(promise: nil) }
+        for channel in doomed { CircuitCloseHandler.abort(channel) }
     }
 
     /// Remembers an established circuit so a revocation can end it.
@@ -45,7 +46,7 @@ public final class GatewayPolicy: Sendable {
             }
         }
         // Revoked between the handshake and now: close at once.
-        if revoked.withLockedValue({ $0.contains(identityID) }) { channel.close(promise: nil) }
+        if revoked.withLockedValue({ $0.contains(identityID) }) { CircuitCloseHandler.abort(channel) }
     }
 
     /// Whether the gateway itself would refuse this identity.
@@ -238,9 +239,16 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                             },
                             onEstablished: { channel, event in
                                 shared.context.policy.track(channel, identityID: event.peer.id)
+                                let pipeline = channel.pipeline.syncOperations
                                 try shared.context.core.configureClientPipeline(
-                                    channel.pipeline.syncOperations,
+                                    pipeline,
                                     client: ClientContext(remoteAddress: nil, scheme: .https, identity: event.peer)
+                                )
+                                // Between the HTTP codec and the proxy core: a close between two exchanges is a
+                                // clean end of the circuit (FINAL), one mid-response a cut.
+                                try pipeline.addHandler(
+                                    CircuitCloseHandler(),
+                                    position: .after(try pipeline.handler(type: HTTPServerPipelineHandler.self))
                                 )
                             },
                             handshakeTimeout: shared.context.handshakeTimeout

@@ -9,6 +9,12 @@ import NIOHTTP2
 import NIOPosix
 public import ServiceLifecycle
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// `ils-gateway tunnel`: a loopback listener on the device; every accepted TCP connection becomes an end-to-end
 /// encrypted circuit to the service, so clients that don't speak the overlay (curl, a browser, an app configured
 /// with `http://127.0.0.1:PORT`) use it unchanged.
@@ -232,9 +238,22 @@ final class CircuitErrorLogger: ChannelInboundHandler {
         } else if let refused = error as? E2EInitiatorHandler.Refused {
             logger.warning("the gateway refused the circuit", metadata: ["reason": "\(refused.reason)"])
             TunnelRefusal(refused).send(to: client)
+        } else if let cut = error as? E2ECircuitError, cut == .truncated {
+            logger.warning("circuit cut before the gateway's end; resetting the client connection")
+            Self.reset(client)
         } else {
             logger.warning("circuit failed", metadata: ["error": "\(error)"])
         }
         context.fireErrorCaught(error)
+    }
+
+    /// Closes the client's connection with a TCP reset (SO_LINGER 0) rather than a FIN: a FIN after a cut answer
+    /// would look, to a client reading to end of file, like the answer was complete.
+    static func reset(_ client: any Channel) {
+        guard let socket = client as? any SocketOptionProvider else {
+            client.close(promise: nil)
+            return
+        }
+        socket.setSoLinger(linger(l_onoff: 1, l_linger: 0)).whenComplete { _ in client.close(promise: nil) }
     }
 }

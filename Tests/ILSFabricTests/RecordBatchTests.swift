@@ -115,6 +115,7 @@ extension RecordBatchTests {
         let authority = try CertificateAuthority.create(name: "test CA")
         let received = NIOLockedValueBox((bytes: "", ended: false))
         let device = EmbeddedChannel(handlers: [
+            StreamEnd(),
             ByteToMessageHandler(FrameDecoder()),
             E2EInitiatorHandler(
                 credentials: try TestIdentities.credentials(authority, name: "ipad", role: .device),
@@ -177,6 +178,20 @@ extension RecordBatchTests {
             while let bytes = try second.readOutbound(as: ByteBuffer.self) {
                 try first.writeInbound(bytes)
                 moved = true
+            }
+        }
+    }
+
+    /// Takes the half-close that follows the FINAL record as an HTTP/2 stream does (`StreamDataCodec`: END_STREAM,
+    /// the stream stays open for the other direction); an embedded channel would close altogether.
+    final class StreamEnd: ChannelOutboundHandler {
+        typealias OutboundIn = ByteBuffer
+
+        func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+            if mode == .output {
+                promise?.succeed()
+            } else {
+                context.close(mode: mode, promise: promise)
             }
         }
     }

@@ -1,0 +1,22 @@
+/// How an established circuit ended badly, as the end-to-end layer reports it to the layer above (the app's
+/// channel, the tunnel, the gateway's proxy core) through `errorCaught`.
+///
+/// The relay and the network are not trusted to say how a circuit ended: END_STREAM and RST_STREAM are unsigned
+/// HTTP/2 frames that any hop can send. Only the peer's FINAL record, sealed under the circuit's key, says "this
+/// direction ended here, on purpose". A direction that ends any other way was cut, and everything that came
+/// before may be a prefix of what was sent.
+public struct E2ECircuitError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// A stable identifier: code matches on it (`truncated`).
+    public let code: String
+    /// One sentence for a person.
+    public let reason: String
+
+    /// The peer's direction ended (END_STREAM, RST_STREAM or a lost connection) without its FINAL record: what was
+    /// received may be incomplete and must not be taken as a whole message.
+    public static let truncated = E2ECircuitError(
+        code: "truncated",
+        reason: "the circuit ended without the peer's final record: what was received may be incomplete"
+    )
+
+    public var description: String { reason }
+}

@@ -1,0 +1,59 @@
+import ILSFabric
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import NIOHTTP2
+import Testing
+
+/// The relay's splice at a circuit's end: a clean end must not cut what the relay already accepted.
+@Suite("The relay ends a circuit without cutting its tail")
+struct RelayEndTests {
+    /// The partner stream's writes, held as if its reader's flow-control window were full.
+    final class HeldWrites: ChannelOutboundHandler, Sendable {
+        typealias OutboundIn = HTTP2Frame.FramePayload
+        let promises = NIOLockedValueBox<[EventLoopPromise<Void>]>([])
+
+        func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+            if let promise { promises.withLockedValue { $0.append(promise) } }
+        }
+
+        func release() {
+            for promise in promises.withLockedValue({ $0 }) { promise.succeed() }
+        }
+    }
+
+    static func splice() throws -> (relay: EmbeddedChannel, partner: EmbeddedChannel, held: HeldWrites) {
+        let loop = EmbeddedEventLoop()
+        let held = HeldWrites()
+        let partner = EmbeddedChannel(handler: held, loop: loop)
+        let relay = EmbeddedChannel(handler: RelayHandler(partner: partner), loop: loop)
+        try partner.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try relay.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
+        return (relay, partner, held)
+    }
+
+    static func data(_ text: String, end: Bool) -> HTTP2Frame.FramePayload {
+        .data(.init(data: .byteBuffer(ByteBuffer(string: text)), endStream: end))
+    }
+
+    @Test("after END_STREAM, the partner is closed only once the relayed bytes were written to it")
+    func cleanEndWaitsForTheTail() throws {
+        let (relay, partner, held) = try Self.splice()
+        defer { _ = try? partner.finish() }
+        try relay.writeInbound(Self.data("the last record", end: true))
+        _ = try? relay.finish()
+        #expect(partner.isActive)
+        held.release()
+        relay.embeddedEventLoop.run()
+        #expect(!partner.isActive)
+    }
+
+    @Test("a stream that ends without END_STREAM (a reset) closes its partner at once")
+    func resetClosesAtOnce() throws {
+        let (relay, partner, _) = try Self.splice()
+        defer { _ = try? partner.finish() }
+        try relay.writeInbound(Self.data("part", end: false))
+        _ = try? relay.finish()
+        #expect(!partner.isActive)
+    }
+}
