@@ -40,7 +40,7 @@ struct HandshakeRefusalTests {
     func noSuiteInCommon() throws {
         // The hello ends with `var suites`: its last bytes are the suite list (most preferred first).
         let (reason, closed) = try Self.answer { hello in
-            let count = E2ESuite.offered.count
+            let count = E2EHandshake.version.suites.count
             for index in (hello.count - count)..<hello.count { hello[index] = 0x09 }
         }
         #expect(reason?.contains("offers no record protection this gateway accepts") == true)
