@@ -41,7 +41,7 @@ struct CircuitCloseHandlerTests {
     @Test("a close after a complete response is a half-close, and the circuit is closed after the linger time")
     func closeAfterResponseIsClean() throws {
         let (channel, modes) = try Self.circuit()
-        defer { _ = try? channel.finish() }
+        defer { _ = try? channel.finish(acceptAlreadyClosed: true) }
         channel.write(Self.head, promise: nil)
         channel.write(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(string: "ok"))), promise: nil)
         channel.writeAndFlush(HTTPServerResponsePart.end(nil), promise: nil)
@@ -56,7 +56,7 @@ struct CircuitCloseHandlerTests {
     @Test("a close with no exchange at all (the idle timeout) is a half-close")
     func idleCloseIsClean() throws {
         let (channel, modes) = try Self.circuit()
-        defer { _ = try? channel.finish() }
+        defer { _ = try? channel.finish(acceptAlreadyClosed: true) }
         channel.close(promise: nil)
         #expect(modes.modes.withLockedValue { $0 } == [.output])
     }
@@ -64,7 +64,7 @@ struct CircuitCloseHandlerTests {
     @Test("a close mid-response (after an interim 100) is a full close")
     func closeMidResponseIsCut() throws {
         let (channel, modes) = try Self.circuit()
-        defer { _ = try? channel.finish() }
+        defer { _ = try? channel.finish(acceptAlreadyClosed: true) }
         channel.write(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .continue)), promise: nil)
         channel.write(Self.head, promise: nil)
         channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(string: "partial"))), promise: nil)
@@ -76,7 +76,7 @@ struct CircuitCloseHandlerTests {
     @Test("a revoked identity's circuit is cut even between exchanges, never ended cleanly")
     func abortBetweenExchanges() throws {
         let (channel, modes) = try Self.circuit()
-        defer { _ = try? channel.finish() }
+        defer { _ = try? channel.finish(acceptAlreadyClosed: true) }
         CircuitCloseHandler.abort(channel)
         channel.embeddedEventLoop.run()
         #expect(modes.modes.withLockedValue { $0 } == [.all])
@@ -86,7 +86,7 @@ struct CircuitCloseHandlerTests {
     @Test("after the clean end, what the device still sends does not reach the proxy core")
     func inputAfterTheEndIsDropped() throws {
         let (channel, _) = try Self.circuit()
-        defer { _ = try? channel.finish() }
+        defer { _ = try? channel.finish(acceptAlreadyClosed: true) }
         channel.close(promise: nil)
         try channel.writeInbound(HTTPServerRequestPart.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: "/")))
         #expect(try channel.readInbound(as: HTTPServerRequestPart.self) == nil)
