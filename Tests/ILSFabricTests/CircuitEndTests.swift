@@ -105,8 +105,8 @@ struct EmbeddedCircuit {
     static let bareEnd = HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer()), endStream: true))
 
     func finish() {
-        _ = try? device.finish()
-        _ = try? gateway.finish()
+        _ = try? device.finish(acceptAlreadyClosed: true)
+        _ = try? gateway.finish(acceptAlreadyClosed: true)
     }
 }
 

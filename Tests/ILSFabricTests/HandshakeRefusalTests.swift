@@ -23,7 +23,7 @@ struct HandshakeRefusalTests {
                 onEstablished: { _, _ in }
             ),
         ])
-        defer { _ = try? gateway.finish() }
+        defer { _ = try? gateway.finish(acceptAlreadyClosed: true) }
         try gateway.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         var frame = ByteBuffer()
         frame.writeInteger(UInt32(hello.count))
