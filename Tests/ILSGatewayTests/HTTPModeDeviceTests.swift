@@ -62,6 +62,22 @@ struct HTTPModeDeviceFixture {
     }
 
     /// A TLS connection presenting `identity`'s certificate (or none), trusting the gateway's server certificate.
+    /// Makes `name`'s current certificate invalid: `deleted` deletes the identity, `reissued` reissues it and enrolls
+    /// the new token, so the old certificate is replaced.
+    func invalidate(_ name: String, by change: String) async throws {
+        let admin = try cluster.admin()
+        if change == "deleted" {
+            let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/identities/\(name)")
+        } else {
+            let token: ControllerAPI.TokenResponse = try await admin.call(
+                .POST,
+                "/v1/admin/identities/\(name)/reissue",
+                body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
+            )
+            _ = try await Enrollment.enroll(token: token.token)
+        }
+    }
+
     func connect(as identity: IdentityFile?) async throws -> TestHTTPConnection {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pki.caCertificatePEM.utf8)))
@@ -195,21 +211,7 @@ struct HTTPModeDeviceTests {
             try await before.sendRequest("GET", "/health")
             #expect(try await before.readHead().status == 200)
             await before.close()
-            let admin = try fixture.cluster.admin()
-            if change == "deleted" {
-                let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/identities/laptop")
-            } else {
-                let token: ControllerAPI.TokenResponse = try await admin.call(
-                    .POST,
-                    "/v1/admin/identities/laptop/reissue",
-                    body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
-                )
-                _ = try await Enrollment.enroll(
-                    token: token.token,
-                    outputPath: "\(fixture.cluster.directory)/identities/laptop-new.json",
-                    force: true
-                )
-            }
+            try await fixture.invalidate("laptop", by: change)
             let accepted = fixture.backend.record.connectionsAccepted
             let connection = try await fixture.connect(as: old)
             try await connection.sendRequest("GET", "/health")
@@ -240,21 +242,7 @@ struct HTTPModeDeviceTests {
             let other = try await fixture.connect(as: phone)
             try await other.sendRequest("GET", "/sse?n=100000&interval_ms=50")
             #expect(try await other.readHead().status == 200)
-            let admin = try fixture.cluster.admin()
-            if change == "deleted" {
-                let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/identities/laptop")
-            } else {
-                let token: ControllerAPI.TokenResponse = try await admin.call(
-                    .POST,
-                    "/v1/admin/identities/laptop/reissue",
-                    body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: 600)
-                )
-                _ = try await Enrollment.enroll(
-                    token: token.token,
-                    outputPath: "\(fixture.cluster.directory)/identities/laptop-new.json",
-                    force: true
-                )
-            }
+            try await fixture.invalidate("laptop", by: change)
             #expect(await streamEnds(stream, within: .seconds(5)))
             for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
             await other.close()

@@ -444,35 +444,30 @@ class Controller:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def ils_bin() -> Path:
-    raw = os.environ.get("ILS_BIN", ".build/debug/ils-gateway")
+def _executable(raw: str, variable: str) -> Path:
+    """A built binary at `raw` (relative to the repository), or a test failure that says how to get it."""
     path = Path(raw)
     if not path.is_absolute():
         path = REPO_ROOT / path
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(
-            f"ils-gateway binary not found or not executable at {path}. Build it first "
-            f"(`swift build` in {REPO_ROOT}) or point ILS_BIN at it.",
+            f"{path.name} not found or not executable at {path}. Build it first "
+            f"(`swift build` in {REPO_ROOT}) or point {variable} at it.",
             pytrace=False,
         )
     return path
 
 
 @pytest.fixture(scope="session")
+def ils_bin() -> Path:
+    return _executable(os.environ.get("ILS_BIN", ".build/debug/ils-gateway"), "ILS_BIN")
+
+
+@pytest.fixture(scope="session")
 def client_example_bin(ils_bin: Path) -> Path:
     """ils-client-example, built by the same `swift build` next to ils-gateway (or ILS_CLIENT_EXAMPLE_BIN)."""
-    raw = os.environ.get("ILS_CLIENT_EXAMPLE_BIN")
-    path = Path(raw) if raw else ils_bin.parent / "ils-client-example"
-    if not path.is_absolute():
-        path = REPO_ROOT / path
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(
-            f"ils-client-example not found or not executable at {path}. Build it (`swift build` in {REPO_ROOT}) "
-            f"or point ILS_CLIENT_EXAMPLE_BIN at it.",
-            pytrace=False,
-        )
-    return path
+    raw = os.environ.get("ILS_CLIENT_EXAMPLE_BIN") or str(ils_bin.parent / "ils-client-example")
+    return _executable(raw, "ILS_CLIENT_EXAMPLE_BIN")
 
 
 @pytest.fixture(scope="session")

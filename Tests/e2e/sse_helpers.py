@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import httpx
 
@@ -71,9 +71,13 @@ def timed_lines(response: httpx.Response, deadline_s: float = 20.0) -> Iterator[
             raise AssertionError(f"stream still open after {deadline_s} s")
 
 
-def curl_timed_lines(args: list[str], timeout: float = 20.0) -> list[tuple[float, str]]:
-    """Runs curl and timestamps each stdout line as it arrives (a reader thread, so the main thread can time out)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+def process_timed_lines(
+    args: list[str], timeout: float, **popen: Any
+) -> tuple[int, list[tuple[float, str]], str]:
+    """Runs a command and timestamps each stdout line as it arrives (a reader thread, so the main thread can time out);
+    returns its exit status, the lines, and its stderr."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+                            **popen)
     lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
 
     def reader() -> None:
@@ -94,9 +98,14 @@ def curl_timed_lines(args: list[str], timeout: float = 20.0) -> list[tuple[float
     if t.is_alive():
         proc.kill()
     proc.wait(timeout=5)
-    stderr = proc.stderr.read().decode(errors="replace")
-    assert proc.returncode == 0, f"curl exited {proc.returncode}: {stderr}"
-    return list(lines.queue)
+    return proc.returncode, list(lines.queue), proc.stderr.read().decode(errors="replace")
+
+
+def curl_timed_lines(args: list[str], timeout: float = 20.0) -> list[tuple[float, str]]:
+    """Runs curl and timestamps each stdout line as it arrives."""
+    status, lines, stderr = process_timed_lines(args, timeout)
+    assert status == 0, f"curl exited {status}: {stderr}"
+    return lines
 
 
 def assert_streamed_event_by_event(

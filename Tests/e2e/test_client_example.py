@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
 import stat
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Iterator, Optional
 import pytest
 
 from conftest import Backend, Controller, ManagedProcess, STARTUP_TIMEOUT_S, cli_env
+from sse_helpers import process_timed_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -86,30 +85,10 @@ def enroll_device(s: Setup, name: str) -> Path:
 
 
 def stream_lines(s: Setup, *args: str) -> tuple[int, list[tuple[float, str]], str]:
-    """Runs `stream`, stamping each stdout line with its arrival time here (a reader thread, unbuffered pipe)."""
-    proc = subprocess.Popen([str(s.example), "stream", *args], cwd=s.controller.root, env=cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
-    lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
-
-    def reader() -> None:
-        buffer = b""
-        while True:
-            chunk = proc.stdout.read(4096)
-            if not chunk:
-                break
-            now = time.time()
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                lines.put((now, line.decode()))
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(STREAM_TIMEOUT_S)
-    if t.is_alive():
-        proc.kill()
-    proc.wait(timeout=5)
-    return proc.returncode, list(lines.queue), proc.stderr.read().decode(errors="replace")
+    """Runs `stream`, stamping each stdout line with its arrival time here."""
+    return process_timed_lines(
+        [str(s.example), "stream", *args], STREAM_TIMEOUT_S, cwd=s.controller.root, env=cli_env()
+    )
 
 
 def events(lines: list[tuple[float, str]]) -> list[tuple[float, dict]]:
