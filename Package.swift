@@ -167,10 +167,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// The controller's store: the `ControllerStore` protocol, its records, and the embedded SQLite store (system
+        /// libsqlite3, run on the store's own threads).
+        .target(
+            name: "ILSStore",
+            dependencies: [
+                "ILSCore",
+                "CSQLite",
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ILSController",
             dependencies: [
                 "ILSCore",
+                "ILSStore",
                 "ILSCrypto",
                 "ILSFabric",
                 "ILSSplice",
@@ -178,7 +190,6 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
-                "CSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

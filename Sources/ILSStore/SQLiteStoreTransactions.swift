@@ -5,11 +5,9 @@ public import ILSCore
 import Glibc
 #endif
 
-/// The embedded store: one SQLite file in WAL mode with versioned migrations.
-public final class SQLiteIdentityStore: IdentityStore {
-    /// SQLite's name for a database that is never written to disk.
-    public static let inMemory = ":memory:"
-
+/// The embedded store's transactions, synchronous: one SQLite file in WAL mode with versioned migrations.
+/// `SQLiteControllerStore` runs each on its own threads, never on an event loop.
+final class SQLiteStoreTransactions: Sendable {
     private let database: SQLiteDatabase
 
     /// Each entry upgrades the schema by one version (`PRAGMA user_version`); never edit a shipped entry.
@@ -39,12 +37,18 @@ public final class SQLiteIdentityStore: IdentityStore {
         ],
         // Retention deletes by age; without an index on `at` each pass would scan the whole log.
         ["CREATE INDEX audit_at ON audit(at)"],
+        [
+            """
+            CREATE TABLE controllers (
+                address TEXT PRIMARY KEY, started_at INTEGER NOT NULL, last_seen_at INTEGER NOT NULL)
+            """
+        ],
     ]
 
-    /// Opens (creating if needed) the store at `path`; `SQLiteIdentityStore.inMemory` is a private store that lives
-    /// as long as this object, for tests and fuzzing.
-    public init(path: String) throws(ILSError) {
-        if path != Self.inMemory {
+    /// Opens (creating if needed) the store at `path`; `SQLiteControllerStore.inMemory` is a private store that
+    /// lives as long as this object, for tests and fuzzing.
+    init(path: String) throws(ILSError) {
+        if path != SQLiteControllerStore.inMemory {
             // Create the file owner-only before SQLite does (it would use 0644); its -wal and -shm files copy the mode.
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             if fd >= 0 { close(fd) }
@@ -91,7 +95,7 @@ public final class SQLiteIdentityStore: IdentityStore {
         )
     }
 
-    public func createIdentity(_ identity: IdentityRecord, token: TokenRecord, actor: String) throws(ILSError) {
+    func createIdentity(_ identity: IdentityRecord, token: TokenRecord, actor: String) throws(ILSError) {
         try database.transaction { () throws(ILSError) in
             guard try database.query("SELECT 1 FROM identities WHERE name = ?", [.text(identity.name)]).isEmpty else {
                 throw ILSError(.conflict, "an identity named '\(identity.name)' already exists")
@@ -136,36 +140,42 @@ public final class SQLiteIdentityStore: IdentityStore {
         )
     }
 
-    public func identity(named name: String) throws(ILSError) -> IdentityRecord? {
+    func identity(named name: String) throws(ILSError) -> IdentityRecord? {
         try database.withConnection { () throws(ILSError) in
             try database.query("SELECT \(Self.identityColumns) FROM identities WHERE name = ?", [.text(name)])
                 .first.flatMap(Self.identity(from:))
         }
     }
 
-    public func identity(id: String) throws(ILSError) -> IdentityRecord? {
+    func identity(id: String) throws(ILSError) -> IdentityRecord? {
         try database.withConnection { () throws(ILSError) in
             try database.query("SELECT \(Self.identityColumns) FROM identities WHERE id = ?", [.text(id)])
                 .first.flatMap(Self.identity(from:))
         }
     }
 
-    public func identities() throws(ILSError) -> [IdentityRecord] {
+    func identities() throws(ILSError) -> [IdentityRecord] {
         try database.withConnection { () throws(ILSError) in
             try database.query("SELECT \(Self.identityColumns) FROM identities ORDER BY name")
                 .compactMap(Self.identity(from:))
         }
     }
 
-    public func deleteIdentity(named name: String, actor: String) throws(ILSError) -> Bool {
-        try database.transaction { () throws(ILSError) in
-            let removed = try database.execute("DELETE FROM identities WHERE name = ?", [.text(name)])
-            if removed > 0 { try insertAudit(actor: actor, action: "identity.delete", target: name, detail: "") }
-            return removed > 0
+    func deleteIdentity(named name: String, actor: String) throws(ILSError) -> IdentityRecord? {
+        try database.transaction { () throws(ILSError) -> IdentityRecord? in
+            guard
+                let record = try database.query(
+                    "SELECT \(Self.identityColumns) FROM identities WHERE name = ?",
+                    [.text(name)]
+                ).first.flatMap(Self.identity(from:))
+            else { return nil }
+            try database.execute("DELETE FROM identities WHERE id = ?", [.text(record.id)])
+            try insertAudit(actor: actor, action: "identity.delete", target: name, detail: "")
+            return record
         }
     }
 
-    public func replaceToken(_ token: TokenRecord, actor: String) throws(ILSError) {
+    func replaceToken(_ token: TokenRecord, actor: String) throws(ILSError) {
         try database.transaction { () throws(ILSError) in
             try database.execute(
                 "DELETE FROM enrollment_tokens WHERE identity_id = ? AND consumed_at IS NULL",
@@ -179,7 +189,7 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func consumeToken(jti: String, identityID: String, now: Int64, certificate: EnrolledCertificate)
+    func consumeToken(jti: String, identityID: String, now: Int64, certificate: EnrolledCertificate)
         throws(ILSError) -> IdentityRecord
     {
         try database.transaction { () throws(ILSError) -> IdentityRecord in
@@ -223,7 +233,7 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError)
+    func changeState(named name: String, to target: IdentityState, actor: String) throws(ILSError)
         -> IdentityRecord
     {
         try database.transaction { () throws(ILSError) -> IdentityRecord in
@@ -264,7 +274,7 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func renewCertificate(id: String, previousFingerprint: String, certificate: EnrolledCertificate, now: Int64)
+    func renewCertificate(id: String, previousFingerprint: String, certificate: EnrolledCertificate, now: Int64)
         throws(ILSError) -> IdentityRecord
     {
         try database.transaction { () throws(ILSError) -> IdentityRecord in
@@ -294,29 +304,45 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func touch(id: String, at time: Int64) throws(ILSError) {
-        _ = try database.withConnection { () throws(ILSError) in
-            try database.execute("UPDATE identities SET last_seen_at = ? WHERE id = ?", [.integer(time), .text(id)])
-        }
-    }
-
-    public func service(named name: String) throws(ILSError) -> ServiceRecord? {
-        try database.withConnection { () throws(ILSError) -> ServiceRecord? in
-            guard
-                let row = try database.query(
-                    "SELECT name, dial_roles, bind_roles FROM services WHERE name = ?",
-                    [.text(name)]
-                ).first
-            else { return nil }
-            func roles(_ value: SQLiteValue) -> [IdentityRole] {
-                (value.text ?? "").split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) }
-            }
-            return ServiceRecord(name: row[0].text ?? name, dialRoles: roles(row[1]), bindRoles: roles(row[2]))
-        }
-    }
-
-    public func createService(_ service: ServiceRecord) throws(ILSError) {
+    func recordLastSeen(_ times: [String: Int64]) throws(ILSError) {
+        guard !times.isEmpty else { return }
         try database.transaction { () throws(ILSError) in
+            for (id, time) in times.sorted(by: { $0.key < $1.key }) {
+                try database.execute(
+                    "UPDATE identities SET last_seen_at = ? WHERE id = ? AND (last_seen_at IS NULL OR last_seen_at < ?)",
+                    [.integer(time), .text(id), .integer(time)]
+                )
+            }
+        }
+    }
+
+    private static func service(from row: [SQLiteValue]) -> ServiceRecord? {
+        guard row.count == 3, let name = row[0].text else { return nil }
+        func roles(_ value: SQLiteValue) -> [IdentityRole] {
+            (value.text ?? "").split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) }
+        }
+        return ServiceRecord(name: name, dialRoles: roles(row[1]), bindRoles: roles(row[2]))
+    }
+
+    func services() throws(ILSError) -> [ServiceRecord] {
+        try database.withConnection { () throws(ILSError) in
+            try database.query("SELECT name, dial_roles, bind_roles FROM services ORDER BY name")
+                .compactMap(Self.service(from:))
+        }
+    }
+
+    func service(named name: String) throws(ILSError) -> ServiceRecord? {
+        try database.withConnection { () throws(ILSError) -> ServiceRecord? in
+            try database.query("SELECT name, dial_roles, bind_roles FROM services WHERE name = ?", [.text(name)])
+                .first.flatMap(Self.service(from:))
+        }
+    }
+
+    func createService(_ service: ServiceRecord) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            guard try database.query("SELECT 1 FROM services WHERE name = ?", [.text(service.name)]).isEmpty else {
+                throw ILSError(.conflict, "a service named '\(service.name)' already exists")
+            }
             try database.execute(
                 "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (?, ?, ?, ?)",
                 [
@@ -328,13 +354,13 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func audit(actor: String, action: String, target: String, detail: String) throws(ILSError) {
+    func audit(actor: String, action: String, target: String, detail: String) throws(ILSError) {
         try database.withConnection { () throws(ILSError) in
             try insertAudit(actor: actor, action: action, target: target, detail: detail)
         }
     }
 
-    public func auditEntries(since: Int64, before: Int64?, limit: Int) throws(ILSError) -> [AuditEntry] {
+    func auditEntries(since: Int64, before: Int64?, limit: Int) throws(ILSError) -> [AuditEntry] {
         try database.withConnection { () throws(ILSError) in
             try database.query(
                 """
@@ -355,7 +381,7 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
-    public func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) throws(ILSError) -> Int {
+    func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) throws(ILSError) -> Int {
         var removed = 0
         while true {
             // One short transaction per batch: an admin's write or an enrollment waits for one batch at most. Both
@@ -382,8 +408,120 @@ public final class SQLiteIdentityStore: IdentityStore {
         }
     }
 
+    func heartbeat(_ member: ControllerMember) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            try database.execute(
+                """
+                INSERT INTO controllers (address, started_at, last_seen_at) VALUES (?, ?, ?)
+                ON CONFLICT(address) DO UPDATE SET started_at = excluded.started_at, last_seen_at = excluded.last_seen_at
+                """,
+                [.text(member.address), .integer(member.startedAt), .integer(member.lastSeenAt)]
+            )
+        }
+    }
+
+    func controllers(seenSince: Int64) throws(ILSError) -> [ControllerMember] {
+        try database.withConnection { () throws(ILSError) in
+            try database.query(
+                "SELECT address, started_at, last_seen_at FROM controllers WHERE last_seen_at >= ? ORDER BY address",
+                [.integer(seenSince)]
+            ).compactMap { row in
+                guard let address = row[0].text, let started = row[1].integer, let seen = row[2].integer else {
+                    return nil
+                }
+                return ControllerMember(address: address, startedAt: started, lastSeenAt: seen)
+            }
+        }
+    }
+
+    func exportRecords() throws(ILSError) -> StoreRecords {
+        try database.transaction { () throws(ILSError) -> StoreRecords in
+            let identities = try database.query(
+                "SELECT \(Self.identityColumns), public_key FROM identities ORDER BY name"
+            ).compactMap { row -> StoreRecords.Identity? in
+                guard let record = Self.identity(from: Array(row.prefix(9))) else { return nil }
+                return StoreRecords.Identity(record: record, publicKey: row[9].text)
+            }
+            let tokens = try database.query(
+                "SELECT jti, identity_id, created_at, expires_at, consumed_at FROM enrollment_tokens ORDER BY jti"
+            ).compactMap { row -> TokenRecord? in
+                guard let jti = row[0].text, let id = row[1].text, let created = row[2].integer,
+                    let expires = row[3].integer
+                else { return nil }
+                return TokenRecord(jti: jti, identityID: id, createdAt: created, expiresAt: expires, consumedAt: row[4].integer)
+            }
+            let services = try database.query("SELECT name, dial_roles, bind_roles FROM services ORDER BY name")
+                .compactMap(Self.service(from:))
+            return StoreRecords(identities: identities, tokens: tokens, services: services)
+        }
+    }
+
+    func importRecords(_ records: StoreRecords) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            guard try database.query("SELECT 1 FROM identities LIMIT 1").isEmpty else {
+                throw ILSError(.conflict, "the target store already has identities; migrate only into an empty store")
+            }
+            // A fresh store has the default service; the imported list replaces it.
+            try database.execute("DELETE FROM services")
+            for service in records.services {
+                try database.execute(
+                    "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (?, ?, ?, ?)",
+                    [
+                        .text(service.name), .text(service.dialRoles.map(\.rawValue).joined(separator: ",")),
+                        .text(service.bindRoles.map(\.rawValue).joined(separator: ",")),
+                        .integer(Int64(Date().timeIntervalSince1970)),
+                    ]
+                )
+            }
+            for identity in records.identities {
+                let record = identity.record
+                try database.execute(
+                    """
+                    INSERT INTO identities (id, name, role, attributes, state, created_at, cert_fingerprint,
+                        cert_not_after, public_key, last_seen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(record.id), .text(record.name), .text(record.role.rawValue),
+                        .text(record.attributes.joined(separator: ",")), .text(record.state.rawValue),
+                        .integer(record.createdAt), record.certificateFingerprint.map(SQLiteValue.text) ?? .null,
+                        record.certificateNotAfter.map(SQLiteValue.integer) ?? .null,
+                        identity.publicKey.map(SQLiteValue.text) ?? .null,
+                        record.lastSeenAt.map(SQLiteValue.integer) ?? .null,
+                    ]
+                )
+            }
+            for token in records.tokens {
+                try database.execute(
+                    """
+                    INSERT INTO enrollment_tokens (jti, identity_id, created_at, expires_at, consumed_at)
+                    VALUES (?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(token.jti), .text(token.identityID), .integer(token.createdAt),
+                        .integer(token.expiresAt), token.consumedAt.map(SQLiteValue.integer) ?? .null,
+                    ]
+                )
+            }
+        }
+    }
+
+    func importAudit(_ entries: [AuditEntry]) throws(ILSError) {
+        try database.transaction { () throws(ILSError) in
+            for entry in entries {
+                try database.execute(
+                    "INSERT INTO audit (seq, at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        // Verbatim: the source store bounded and escaped them when they were written.
+                        .integer(entry.seq), .integer(entry.at), .text(entry.actor), .text(entry.action),
+                        .text(entry.target), .text(entry.detail),
+                    ]
+                )
+            }
+        }
+    }
+
     /// `PRAGMA integrity_check`, for operators and fault tests.
-    public func integrityCheck() throws(ILSError) -> Bool {
+    func integrityCheck() throws(ILSError) -> Bool {
         try database.withConnection { () throws(ILSError) in
             try database.query("PRAGMA integrity_check").first?.first?.text == "ok"
         }
