@@ -266,6 +266,7 @@ let package = Package(
             name: "ILSTesting",
             dependencies: [
                 "ILSCore",
+                "ILSStore",
                 "ILSCrypto",
                 "ILSProxy",
                 "ILSController",
@@ -291,6 +292,7 @@ let package = Package(
             name: "ILSFuzz",
             dependencies: [
                 "ILSCore",
+                "ILSStore",
                 "ILSCrypto",
                 "ILSSodium",
                 "ILSFabric",
@@ -442,6 +444,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSController",
+                "ILSStore",
                 "ILSClient",
                 "ILSFabric",
                 "ILSTesting",

@@ -1,8 +1,13 @@
 import Foundation
 public import ILSCore
 import ILSCrypto
+import ILSStore
 
 /// The controller's decisions, independent of the transport: enrollment and the admin API.
+///
+/// What the data path asks (who is this connection, may it still open a circuit) is answered from memory
+/// (`IdentityDirectory`) and is synchronous; what writes the store is `async` and applies the stored result to
+/// the directory before it returns.
 ///
 /// Every enrollment rule is enforced here, on the controller, whatever the client already checked: signature and
 /// algorithm, expiry, issuer, CA pin, a token the store knows and has not consumed, and proof of key possession.
@@ -23,19 +28,22 @@ public struct Controller: Sendable {
 
     /// `POST /v1/enroll`. Nothing is written unless every check passes; the token is consumed in the same store
     /// transaction that binds the certificate, so of two racing enrollments exactly one wins.
-    public func enroll(_ request: ControllerAPI.EnrollRequest, now: Int64) throws(ILSError)
+    public func enroll(_ request: ControllerAPI.EnrollRequest, now: Int64) async throws(ILSError)
         -> ControllerAPI.EnrollResponse
     {
         let claims = try EnrollmentToken.verify(request.token, publicKey: state.tokenKey.publicKey, now: now)
         guard claims.iss == state.address.description else { throw EnrollmentRefusal.wrongIssuer.error }
         guard claims.ils_ca == state.authority.fingerprint else { throw EnrollmentRefusal.caMismatch.error }
         let publicKey = try EnrollmentProof.verifiedPublicKey(request)
-        guard let identity = try state.store.identity(id: claims.sub) else { throw EnrollmentRefusal.unknown.error }
+        // The store, not the directory: the identity may have been made a moment ago through another controller.
+        guard let identity = try await state.store.identity(id: claims.sub) else {
+            throw EnrollmentRefusal.unknown.error
+        }
         guard identity.state != .revoked else {
             throw ILSError(.permissionDenied, "identity '\(identity.name)' is revoked; create a new identity")
         }
         let issued = try issueCertificate(publicKey: publicKey, identity: identity, now: now)
-        let record = try state.store.consumeToken(
+        let record = try await state.store.consumeToken(
             jti: claims.jti,
             identityID: identity.id,
             now: now,
@@ -45,6 +53,7 @@ public struct Controller: Sendable {
                 publicKey: Base64URL.encode(publicKey)
             )
         )
+        state.identities.apply(record)
         return ControllerAPI.EnrollResponse(
             identity: record,
             certificate: issued.pem,
@@ -55,8 +64,8 @@ public struct Controller: Sendable {
 
     /// `POST /v1/renew`: a new certificate for a new key, for an active identity presenting its current
     /// certificate. Nothing changes unless the proof verifies and the presented certificate is still current.
-    public func renew(_ request: ControllerAPI.RenewRequest, certificateDER: [UInt8]?, now: Int64) throws(ILSError)
-        -> ControllerAPI.EnrollResponse
+    public func renew(_ request: ControllerAPI.RenewRequest, certificateDER: [UInt8]?, now: Int64)
+        async throws(ILSError) -> ControllerAPI.EnrollResponse
     {
         guard let certificateDER else { throw ILSError(.permissionDenied, "renewal needs the current certificate") }
         let presented = try IdentityCertificate(der: certificateDER)
@@ -70,7 +79,7 @@ public struct Controller: Sendable {
             )
         else { throw EnrollmentRefusal.badProof.error }
         let issued = try issueCertificate(publicKey: publicKey, identity: identity, now: now)
-        let record = try state.store.renewCertificate(
+        let record = try await state.store.renewCertificate(
             id: identity.id,
             previousFingerprint: presented.fingerprint,
             certificate: EnrolledCertificate(
@@ -80,6 +89,7 @@ public struct Controller: Sendable {
             ),
             now: now
         )
+        state.identities.apply(record)
         return ControllerAPI.EnrollResponse(
             identity: record,
             certificate: issued.pem,
@@ -112,13 +122,15 @@ public struct Controller: Sendable {
             code: error.code.name,
             now: now,
             action: Self.enrollRefused,
-            store: state.store
+            queue: state.auditQueue
         )
     }
 
-    /// Writes the refusal counts not yet in the audit log (before it is read; and in the background).
-    public func flushRefusals() {
-        state.refusals.drain(action: Self.enrollRefused, store: state.store)
+    /// Writes the refusal counts not yet in the audit log, and every row queued before them (before the log is read;
+    /// and in the background).
+    public func flushRefusals() async {
+        state.refusals.drain(action: Self.enrollRefused, queue: state.auditQueue)
+        await state.auditQueue.flush()
     }
 
     static let enrollRefused = "enroll.refused"
@@ -140,7 +152,7 @@ public struct Controller: Sendable {
         }
         let presented = try IdentityCertificate(der: certificateDER)
         let identity = try activeIdentity(id: presented.id, fingerprint: presented.fingerprint)
-        try? state.store.touch(id: identity.id, at: Int64(Date().timeIntervalSince1970))
+        state.identities.noteSeen(id: identity.id, at: Int64(Date().timeIntervalSince1970))
         guard identity.role == role else {
             throw ILSError(
                 .permissionDenied,
@@ -150,12 +162,13 @@ public struct Controller: Sendable {
         return identity
     }
 
-    /// The identity as the store has it now, if it is active and `fingerprint` is still its current certificate;
+    /// The identity as the directory has it now, if it is active and `fingerprint` is still its current certificate;
     /// otherwise a `permissionDenied` refusal that says why (revoked, disabled, or a certificate that was replaced or
     /// whose identity was deleted). Connections are checked with it when they are made, circuits when they are
     /// opened, so a device hears the same reason either way.
     public func activeIdentity(id: String, fingerprint: String?) throws(ILSError) -> IdentityRecord {
-        guard let identity = try state.store.identity(id: id), let fingerprint,
+        // Memory only: this runs on event loops, for every connection and circuit.
+        guard let identity = state.identities.identity(id: id), let fingerprint,
             identity.certificateFingerprint == fingerprint
         else { throw ILSError(.permissionDenied, "this identity certificate is no longer valid") }
         let current = state.unsavedBlocks.block(id: id)?.state ?? identity.state
@@ -165,7 +178,7 @@ public struct Controller: Sendable {
         return identity
     }
 
-    public func createIdentity(_ request: ControllerAPI.CreateIdentityRequest, actor: String) throws(ILSError)
+    public func createIdentity(_ request: ControllerAPI.CreateIdentityRequest, actor: String) async throws(ILSError)
         -> ControllerAPI.TokenResponse
     {
         try IdentityName.validate(request.name)
@@ -180,12 +193,15 @@ public struct Controller: Sendable {
             createdAt: now
         )
         let (token, record) = try makeToken(for: identity, lifetime: request.tokenLifetimeSeconds, now: now)
-        try state.store.createIdentity(identity, token: record, actor: actor)
+        try await state.store.createIdentity(identity, token: record, actor: actor)
+        state.identities.apply(identity)
         return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
     }
 
-    public func reissue(name: String, lifetime: Int64, actor: String) throws(ILSError) -> ControllerAPI.TokenResponse {
-        guard let identity = try state.store.identity(named: name) else {
+    public func reissue(name: String, lifetime: Int64, actor: String) async throws(ILSError)
+        -> ControllerAPI.TokenResponse
+    {
+        guard let identity = try await state.store.identity(named: name) else {
             throw ILSError(.notFound, "no identity named '\(name)'")
         }
         guard identity.state != .revoked else {
@@ -193,14 +209,13 @@ public struct Controller: Sendable {
         }
         let now = Int64(Date().timeIntervalSince1970)
         let (token, record) = try makeToken(for: identity, lifetime: lifetime, now: now)
-        try state.store.replaceToken(record, actor: actor)
+        try await state.store.replaceToken(record, actor: actor)
         return ControllerAPI.TokenResponse(identity: identity, token: token, expiresAt: record.expiresAt)
     }
 
     /// Ids of identities that must not get in anywhere: revoked or disabled, in the store or only in memory.
     public func blockedIdentityIDs() -> [String] {
-        let stored = ((try? state.store.identities()) ?? []).filter { $0.state == .revoked || $0.state == .disabled }
-        return Array(Set(stored.map(\.id)).union(state.unsavedBlocks.all.map(\.id))).sorted()
+        Array(state.identities.blockedIDs.union(state.unsavedBlocks.all.map(\.id))).sorted()
     }
 
     /// What a state change did: saved in the store, or (a revocation or disablement the store could not write)
@@ -221,20 +236,33 @@ public struct Controller: Sendable {
     /// A block must take effect even when the store cannot be written (a full disk under the state directory): if
     /// the transaction fails for a revocation or disablement that the store's current state allows, the block is
     /// kept in memory (`UnsavedBlocks`) and the caller closes the connections and pushes it all the same.
-    public func changeState(name: String, to target: IdentityState, actor: String) throws(ILSError) -> StateChange {
+    public func changeState(name: String, to target: IdentityState, actor: String) async throws(ILSError)
+        -> StateChange
+    {
         do {
-            let record = try state.store.changeState(named: name, to: target, actor: actor)
+            let record = try await state.store.changeState(named: name, to: target, actor: actor)
+            state.identities.apply(record)
             state.unsavedBlocks.remove(id: record.id)
             return .saved(record)
         } catch {
-            guard let stored = try state.store.identity(named: name) else { throw error }
+            // The directory when the store cannot even be read: a block must hold with the store down too.
+            let stored: IdentityRecord?
+            do throws(ILSError) {
+                stored = try await state.store.identity(named: name)
+            } catch let readError {
+                guard readError.code == .unavailable || readError.code == .internalError else { throw error }
+                stored = state.identities.identity(named: name)
+            }
+            guard let stored else { throw error }
             let unsaved = state.unsavedBlocks.block(id: stored.id)
             if target == .active, unsaved?.state == .disabled, stored.state == .active {
                 // Enabling what only memory disabled: the store already says active.
                 state.unsavedBlocks.remove(id: stored.id)
                 return .saved(stored)
             }
-            guard target != .active, error.code == .internalError, stored.state != .revoked else { throw error }
+            guard target != .active, error.code == .internalError || error.code == .unavailable,
+                stored.state != .revoked
+            else { throw error }
             state.unsavedBlocks.add(id: stored.id, name: stored.name, state: target, actor: actor)
             var record = stored
             record.state = target
@@ -244,14 +272,17 @@ public struct Controller: Sendable {
 
     /// Tries again to save the blocks only this controller knows; returns how many are still unsaved.
     @discardableResult
-    public func saveUnsavedBlocks() -> Int {
+    public func saveUnsavedBlocks() async -> Int {
         for block in state.unsavedBlocks.all {
-            let saved = try? state.store.changeState(named: block.name, to: block.state, actor: block.actor)
+            let saved = try? await state.store.changeState(named: block.name, to: block.state, actor: block.actor)
+            if let saved { state.identities.apply(saved) }
             // Saved now, or no longer needed: the identity was deleted, or the store has the block already.
             let gone: Bool
-            switch Result(catching: { () throws(ILSError) in try state.store.identity(id: block.id) }) {
-            case .success(let stored): gone = stored == nil || stored?.state == block.state
-            case .failure: gone = false
+            do throws(ILSError) {
+                let stored = try await state.store.identity(id: block.id)
+                gone = stored == nil || stored?.state == block.state
+            } catch {
+                gone = false
             }
             if saved != nil || gone {
                 state.unsavedBlocks.remove(id: block.id)
@@ -260,17 +291,21 @@ public struct Controller: Sendable {
         return state.unsavedBlocks.all.count
     }
 
-    public func identity(named name: String) throws(ILSError) -> IdentityRecord {
-        guard let identity = try state.store.identity(named: name) else {
+    public func identity(named name: String) async throws(ILSError) -> IdentityRecord {
+        guard let identity = try await state.store.identity(named: name) else {
             throw ILSError(.notFound, "no identity named '\(name)'")
         }
         return identity
     }
 
-    public func deleteIdentity(named name: String, actor: String) throws(ILSError) {
-        guard try state.store.deleteIdentity(named: name, actor: actor) else {
+    /// Deletes the identity; returns the record it had.
+    @discardableResult
+    public func deleteIdentity(named name: String, actor: String) async throws(ILSError) -> IdentityRecord {
+        guard let deleted = try await state.store.deleteIdentity(named: name, actor: actor) else {
             throw ILSError(.notFound, "no identity named '\(name)'")
         }
+        state.identities.remove(id: deleted.id)
+        return deleted
     }
 
     private func makeToken(for identity: IdentityRecord, lifetime: Int64, now: Int64) throws(ILSError)

@@ -1,4 +1,6 @@
+import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import ILSCore
 import Logging
 import NIOCore
@@ -8,8 +10,9 @@ import NIOSSL
 /// Collects one API request at a time (body bounded), asks the router, writes the JSON answer. Tells the
 /// `APIRequestDeadlineHandler` below the codec where each request's head arrives and its answer goes out.
 ///
-/// The router is synchronous and quick (a store transaction, a signature), so it runs inline; the store
-/// serialises writers itself.
+/// The router is asynchronous (the store is never called on an event loop): each request's answer is computed in a
+/// task and written back on this channel's loop. `HTTPServerPipelineHandler` (pipelining assistance) holds the next
+/// request until this one's answer is written, so answers go out in order.
 final class ControllerHTTPHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -26,13 +29,24 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
 
     private let clientCertificate: ClientCertificate
 
+    /// How an answer gets back to the loop: from a task (always, on a real event loop), or, for the fuzz targets'
+    /// `EmbeddedChannel`, which only its own thread may touch, computed while that thread waits.
+    package enum Answering: Sendable {
+        case task
+        case waitingOnCallerThread
+    }
+
+    private let answering: Answering
+
     init(
         router: ControllerRouter,
         logger: Logger,
         maximumBodyBytes: Int,
+        answering: Answering = .task,
         clientCertificate: @escaping ClientCertificate
     ) {
         self.router = router
+        self.answering = answering
         self.logger = logger
         self.maximumBodyBytes = maximumBodyBytes
         self.clientCertificate = clientCertificate
@@ -61,14 +75,39 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             self.head = nil
-            let response: APIResponse
+            let keepAlive = head.isKeepAlive && !tooLarge
             if tooLarge {
-                response = ControllerRouter.failure(ILSError(.invalidArgument, "the request body is too large"))
-            } else {
-                response = router.handle(request(head, context: context))
+                let response = ControllerRouter.failure(ILSError(.invalidArgument, "the request body is too large"))
+                write(response, keepAlive: keepAlive, context: context)
+                return
             }
-            write(response, keepAlive: head.isKeepAlive && !tooLarge, context: context)
+            let router = self.router
+            let request = request(head, context: context)
+            guard answering == .task else {
+                write(Self.waitForAnswer(router, request), keepAlive: keepAlive, context: context)
+                return
+            }
+            let answer = context.eventLoop.makePromise(of: APIResponse.self)
+            answer.completeWithTask { await router.handle(request) }
+            let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+            answer.futureResult.whenSuccess { response in
+                guard bound.value.context.channel.isActive else { return }
+                bound.value.handler.write(response, keepAlive: keepAlive, context: bound.value.context)
+            }
         }
+    }
+
+    /// Blocks the calling thread until the router answers: only for `.waitingOnCallerThread`, never on an event loop.
+    private static func waitForAnswer(_ router: ControllerRouter, _ request: APIRequest) -> APIResponse {
+        let answer = NIOLockedValueBox<APIResponse?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let response = await router.handle(request)
+            answer.withLockedValue { $0 = response }
+            done.signal()
+        }
+        done.wait()
+        return answer.withLockedValue { $0 } ?? ControllerRouter.failure(ILSError(.internalError, "no answer"))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

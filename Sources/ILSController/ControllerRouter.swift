@@ -28,9 +28,9 @@ struct ControllerRouter: Sendable {
     let relay: Relay
     let logger: Logger
 
-    func handle(_ request: APIRequest) -> APIResponse {
+    func handle(_ request: APIRequest) async -> APIResponse {
         do throws(ILSError) {
-            return try route(request)
+            return try await route(request)
         } catch {
             if error.code == .internalError {
                 logger.error("request failed", metadata: ["path": "\(request.path)", "error": "\(error.detail ?? "")"])
@@ -39,7 +39,7 @@ struct ControllerRouter: Sendable {
         }
     }
 
-    private func route(_ request: APIRequest) throws(ILSError) -> APIResponse {
+    private func route(_ request: APIRequest) async throws(ILSError) -> APIResponse {
         let segments = request.path.split(separator: "/").map(String.init)
         switch (request.method, segments.joined(separator: "/")) {
         case (.GET, "v1/health"):
@@ -49,7 +49,7 @@ struct ControllerRouter: Sendable {
         case (.POST, "v1/enroll"):
             let body = try Self.decode(ControllerAPI.EnrollRequest.self, request.body)
             do throws(ILSError) {
-                let response = try controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
+                let response = try await controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
                 // A re-enrollment (after reissue) replaces the certificate: connections made with the old one end.
                 live.close(identityID: response.identity.id)
                 ControllerMetrics.enrollments.increment()
@@ -69,7 +69,7 @@ struct ControllerRouter: Sendable {
             }
         case (.POST, "v1/renew"):
             let body = try Self.decode(ControllerAPI.RenewRequest.self, request.body)
-            let response = try controller.renew(
+            let response = try await controller.renew(
                 body,
                 certificateDER: request.clientCertificate,
                 now: Int64(Date().timeIntervalSince1970)
@@ -87,32 +87,33 @@ struct ControllerRouter: Sendable {
             )
         case (_, _) where segments.starts(with: ["v1", "admin"]):
             let admin = try controller.authenticateAdmin(certificateDER: request.clientCertificate)
-            return try routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)
+            return try await routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)
         default:
             throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")
         }
     }
 
-    private func routeAdmin(_ request: APIRequest, _ path: [String], actor: String) throws(ILSError) -> APIResponse {
+    private func routeAdmin(_ request: APIRequest, _ path: [String], actor: String) async throws(ILSError)
+        -> APIResponse
+    {
         let name = path.count >= 2 ? path[1] : ""
         switch (request.method, path.first ?? "", path.count, path.last ?? "") {
         case (.GET, "identities", 1, _):
-            return try Self.json(try controller.state.store.identities())
+            return try Self.json(try await controller.state.store.identities())
         case (.POST, "identities", 1, _):
             let body = try Self.decode(ControllerAPI.CreateIdentityRequest.self, request.body)
-            return try Self.json(try controller.createIdentity(body, actor: actor), status: .created)
+            return try Self.json(try await controller.createIdentity(body, actor: actor), status: .created)
         case (.GET, "identities", 2, _):
-            return try Self.json(try controller.identity(named: name))
+            return try Self.json(try await controller.identity(named: name))
         case (.DELETE, "identities", 2, _):
-            let doomed = try controller.identity(named: name)
-            try controller.deleteIdentity(named: name, actor: actor)
+            let doomed = try await controller.deleteIdentity(named: name, actor: actor)
             // Like a revocation: its connections end now (the relay also re-checks every circuit against the store).
             live.close(identityID: doomed.id)
             return try Self.json(["deleted": name])
         case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
             (.POST, "identities", 3, "enable"):
             let target: IdentityState = path[2] == "revoke" ? .revoked : path[2] == "disable" ? .disabled : .active
-            let change = try controller.changeState(name: name, to: target, actor: actor)
+            let change = try await controller.changeState(name: name, to: target, actor: actor)
             let record = change.record
             // Before answering: end the identity's live connections (and so its circuits) here, and tell every
             // gateway, which ends its circuits too and refuses new ones. This happens whether or not the store
@@ -140,9 +141,11 @@ struct ControllerRouter: Sendable {
             return try Self.json(relay.sessions())
         case (.POST, "identities", 3, "reissue"):
             let body = try Self.decode(ControllerAPI.ReissueRequest.self, request.body)
-            return try Self.json(try controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor))
+            return try Self.json(
+                try await controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor)
+            )
         case (.GET, "audit", 1, _):
-            return try Self.json(try auditPage(request.query))
+            return try Self.json(try await auditPage(request.query))
         default:
             throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
         }
@@ -150,7 +153,7 @@ struct ControllerRouter: Sendable {
 
     /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N` (`ControllerAPI.AuditPage`). Refusal counts not yet
     /// written go in first, so the page shows every refusal up to now.
-    private func auditPage(_ query: [String: String]) throws(ILSError) -> ControllerAPI.AuditPage {
+    private func auditPage(_ query: [String: String]) async throws(ILSError) -> ControllerAPI.AuditPage {
         func number(_ name: String) throws(ILSError) -> Int64? {
             guard let text = query[name] else { return nil }
             guard let value = Int64(text), value >= 0 else {
@@ -161,8 +164,8 @@ struct ControllerRouter: Sendable {
         let maximum = ControllerAPI.AuditPage.maximumLimit
         let limit = Int(min(try number("limit") ?? Int64(maximum), Int64(maximum)))
         guard limit > 0 else { throw ILSError(.invalidArgument, "'limit' must be at least 1") }
-        controller.flushRefusals()
-        let entries = try controller.state.store.auditEntries(
+        await controller.flushRefusals()
+        let entries = try await controller.state.store.auditEntries(
             since: try number("since") ?? 0,
             before: try number("before"),
             limit: limit

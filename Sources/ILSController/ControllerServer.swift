@@ -54,6 +54,8 @@ public final class ControllerServer: Service, Sendable {
     private let handshakeTimeout: TimeAmount
     private let requestTimeouts: APIRequestDeadlines.Timeouts
     private let limiter: ConnectionLimiter
+    private let follower: StoreFollower
+    private let following = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     public init(
         state: ControllerState,
@@ -77,6 +79,7 @@ public final class ControllerServer: Service, Sendable {
         let relay = Relay(controller: controller, gatewayTimeout: circuitOpenTimeout, logger: logger)
         self.relay = relay
         self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
+        self.follower = StoreFollower(controller: controller, live: live, logger: logger)
         self.overlay = ControllerOverlay(
             controller: controller,
             relay: relay,
@@ -181,6 +184,8 @@ public final class ControllerServer: Service, Sendable {
             throw ILSError(.unavailable, "could not listen on \(listen): \(error)")
         }
         channel.withLockedValue { $0 = server }
+        let follower = self.follower
+        following.withLockedValue { $0 = Task { await follower.follow() } }
         guard let address = server.localAddress else { throw ILSError(.internalError, "no local address") }
         return address
     }
@@ -193,6 +198,7 @@ public final class ControllerServer: Service, Sendable {
         router: ControllerRouter,
         logger: Logger,
         timeouts: APIRequestDeadlines.Timeouts,
+        answering: ControllerHTTPHandler.Answering = .task,
         clientCertificate: @escaping ControllerHTTPHandler.ClientCertificate
     ) throws {
         try pipeline.addHandler(
@@ -211,20 +217,26 @@ public final class ControllerServer: Service, Sendable {
                 router: router,
                 logger: logger,
                 maximumBodyBytes: Self.maximumBodyBytes,
+                answering: answering,
                 clientCertificate: clientCertificate
             )
         )
     }
 
     /// Sets up the API pipeline of an accepted connection on a channel that carries the client's plaintext bytes,
-    /// with `clientCertificate` standing in for the chain TLS verified. The fuzz targets drive the API this way.
+    /// with `clientCertificate` standing in for the chain TLS verified. The fuzz targets drive the API this way, on
+    /// an `EmbeddedChannel`, so each answer is waited for on the calling thread.
     package func configureAPIConnection(
         _ pipeline: ChannelPipeline.SynchronousOperations,
         clientCertificate: [UInt8]?
     ) throws {
-        try Self.configureAPIPipeline(pipeline, router: router, logger: logger, timeouts: requestTimeouts) { _ in
-            clientCertificate
-        }
+        try Self.configureAPIPipeline(
+            pipeline,
+            router: router,
+            logger: logger,
+            timeouts: requestTimeouts,
+            answering: .waitingOnCallerThread
+        ) { _ in clientCertificate }
     }
 
     /// Counts open connections and refusals of the caps, and logs a refusal once per source per minute.
@@ -254,6 +266,7 @@ public final class ControllerServer: Service, Sendable {
         }
         try? await server?.close()
         connections.closeAll()
+        following.withLockedValue { $0 }?.cancel()
     }
 
     public func run() async throws {

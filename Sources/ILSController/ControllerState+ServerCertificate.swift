@@ -5,7 +5,7 @@ import ILSCrypto
 extension ControllerState {
     /// Replaces the controller's TLS certificate and key with fresh ones signed by the same CA, for `address` (a new
     /// name the controller moves to) or for the address it has. Identities stay valid: devices and gateways trust the
-    /// CA, never the server certificate itself. A running controller picks the new certificate up when restarted.
+    /// CA, never the server certificate itself. A running controller picks the new certificate up when restarted. The store is not opened.
     ///
     /// The old certificate stays in the directory as `server.pem.old`/`server.key.old` until the next rotation, so a
     /// mistake can be undone by hand.
@@ -13,8 +13,8 @@ extension ControllerState {
         directory: String,
         address: ControllerAddress?,
         now: Date = Date()
-    ) throws(ILSError) -> ControllerState {
-        let current = try load(directory: directory)
+    ) throws(ILSError) -> Files {
+        let current = try Files(directory: directory)
         let target = address ?? current.address
         let server: (certificatePEM: String, privateKeyPEM: String)
         do {
@@ -39,6 +39,6 @@ extension ControllerState {
             )
             try SecureFile.write(try encode(configuration), to: "\(directory)/controller.json", overwrite: true)
         }
-        return try load(directory: directory)
+        return try Files(directory: directory)
     }
 }

@@ -1,6 +1,7 @@
 public import Foundation
 public import ILSCore
 public import ILSCrypto
+public import ILSStore
 
 #if canImport(Glibc)
 import Glibc
@@ -28,7 +29,11 @@ public struct ControllerState: Sendable {
     public let serverCertificatePEM: String
     public let serverKeyPEM: String
     let tokenKey: IdentityKeyPair
-    public let store: any IdentityStore
+    public let store: any ControllerStore
+    /// What the data path reads (identities, services), in memory and kept current (shared by every copy).
+    public let identities = IdentityDirectory()
+    /// Audit rows written from event loops, in order, off them (shared by every copy).
+    public let auditQueue: AuditQueue
     /// Unauthenticated refusals, counted so they cannot flood the audit log (shared by every copy of this state).
     public let refusals = RefusalAudit()
     /// Blocks in force that the store could not save yet (shared by every copy of this state).
@@ -43,7 +48,7 @@ public struct ControllerState: Sendable {
         serverCertificatePEM: String,
         serverKeyPEM: String,
         tokenKey: IdentityKeyPair,
-        store: any IdentityStore
+        store: any ControllerStore
     ) {
         self.directory = directory
         self.address = address
@@ -52,6 +57,7 @@ public struct ControllerState: Sendable {
         self.serverKeyPEM = serverKeyPEM
         self.tokenKey = tokenKey
         self.store = store
+        self.auditQueue = AuditQueue(store: store)
     }
 
     /// The default service every fresh controller has: devices dial it, gateways host it.
@@ -59,9 +65,15 @@ public struct ControllerState: Sendable {
 
     /// Creates a state directory and the first admin identity. Refuses to touch an existing, non-empty directory
     /// and to overwrite an existing admin file; on any failure, removes what it created.
-    public static func initialize(directory: String, address: ControllerAddress, adminOut: String, now: Date = Date())
-        throws(ILSError) -> ControllerState
-    {
+    ///
+    /// The store is `store` when given (a PostgreSQL store, empty), else a new SQLite file in the directory.
+    public static func initialize(
+        directory: String,
+        address: ControllerAddress,
+        adminOut: String,
+        store givenStore: (any ControllerStore)? = nil,
+        now: Date = Date()
+    ) async throws(ILSError) -> ControllerState {
         let manager = FileManager.default
         if let contents = try? manager.contentsOfDirectory(atPath: directory), !contents.isEmpty {
             throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
@@ -92,8 +104,15 @@ public struct ControllerState: Sendable {
                 caFingerprint: authority.fingerprint
             )
             try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
-            let store = try SQLiteIdentityStore(path: "\(directory)/store.sqlite")
-            try store.createService(defaultService)
+            let store: any ControllerStore
+            if let givenStore {
+                store = givenStore
+            } else {
+                store = try SQLiteControllerStore(path: "\(directory)/store.sqlite")
+            }
+            if try await store.service(named: defaultService.name) == nil {
+                try await store.createService(defaultService)
+            }
             let state = ControllerState(
                 directory: directory,
                 address: address,
@@ -103,7 +122,8 @@ public struct ControllerState: Sendable {
                 tokenKey: tokenKey,
                 store: store
             )
-            try state.bootstrapAdmin(writeTo: adminOut, now: now)
+            try await state.identities.reload(from: store)
+            try await state.bootstrapAdmin(writeTo: adminOut, now: now)
             return state
         } catch {
             if existed {
@@ -117,56 +137,84 @@ public struct ControllerState: Sendable {
         }
     }
 
-    /// Opens an existing state directory.
-    public static func load(directory: String) throws(ILSError) -> ControllerState {
-        func read(_ name: String) throws(ILSError) -> String {
-            guard let text = try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8) else {
-                throw ILSError(
-                    .invalidInput,
-                    "\(directory)/\(name) is missing or unreadable; is \(directory) a controller state directory "
-                        + "(ils-gateway controller init)?"
-                )
-            }
-            return text
+    /// Opens an existing state directory, with `store` when given (PostgreSQL) or else the directory's SQLite file,
+    /// and loads the identity directory from it.
+    public static func load(directory: String, store givenStore: (any ControllerStore)? = nil) async throws(ILSError)
+        -> ControllerState
+    {
+        let files = try Files(directory: directory)
+        let store: any ControllerStore
+        if let givenStore {
+            store = givenStore
+        } else {
+            store = try SQLiteControllerStore(path: "\(directory)/store.sqlite")
         }
-        let configurationText = try read("controller.json")
-        guard let configuration = try? JSONDecoder().decode(Configuration.self, from: Data(configurationText.utf8))
-        else { throw ILSError(.invalidInput, "\(directory)/controller.json is not valid") }
-        let address = try ControllerAddress(parsing: configuration.address)
-        let authority: CertificateAuthority
-        do {
-            authority = try CertificateAuthority(certificatePEM: try read("ca.pem"), privateKeyPEM: try read("ca.key"))
-        } catch let error as ILSError {
-            throw error
-        } catch {
-            throw ILSError(.invalidInput, "the CA in \(directory) could not be loaded")
-        }
-        guard authority.fingerprint == configuration.caFingerprint else {
-            throw ILSError(.invalidInput, "\(directory)/ca.pem does not match the fingerprint in controller.json")
-        }
-        let tokenKey = try IdentityKeyPair(privateKeyPEM: try read("token.key"))
-        return ControllerState(
+        let state = ControllerState(
             directory: directory,
-            address: address,
-            authority: authority,
-            serverCertificatePEM: try read("server.pem"),
-            serverKeyPEM: try read("server.key"),
-            tokenKey: tokenKey,
-            store: try SQLiteIdentityStore(path: "\(directory)/store.sqlite")
+            address: files.address,
+            authority: files.authority,
+            serverCertificatePEM: files.serverCertificatePEM,
+            serverKeyPEM: files.serverKeyPEM,
+            tokenKey: files.tokenKey,
+            store: store
         )
+        try await state.identities.reload(from: state.store)
+        return state
+    }
+
+    /// The state directory's files, without the store.
+    public struct Files: Sendable {
+        public var address: ControllerAddress
+        public var authority: CertificateAuthority
+        public var serverCertificatePEM: String
+        public var serverKeyPEM: String
+        var tokenKey: IdentityKeyPair
+
+        public init(directory: String) throws(ILSError) {
+            func read(_ name: String) throws(ILSError) -> String {
+                guard let text = try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8) else {
+                    throw ILSError(
+                        .invalidInput,
+                        "\(directory)/\(name) is missing or unreadable; is \(directory) a controller state directory "
+                            + "(ils-gateway controller init)?"
+                    )
+                }
+                return text
+            }
+            let configurationText = try read("controller.json")
+            guard let configuration = try? JSONDecoder().decode(Configuration.self, from: Data(configurationText.utf8))
+            else { throw ILSError(.invalidInput, "\(directory)/controller.json is not valid") }
+            address = try ControllerAddress(parsing: configuration.address)
+            do {
+                authority = try CertificateAuthority(
+                    certificatePEM: try read("ca.pem"),
+                    privateKeyPEM: try read("ca.key")
+                )
+            } catch let error as ILSError {
+                throw error
+            } catch {
+                throw ILSError(.invalidInput, "the CA in \(directory) could not be loaded")
+            }
+            guard authority.fingerprint == configuration.caFingerprint else {
+                throw ILSError(.invalidInput, "\(directory)/ca.pem does not match the fingerprint in controller.json")
+            }
+            tokenKey = try IdentityKeyPair(privateKeyPEM: try read("token.key"))
+            serverCertificatePEM = try read("server.pem")
+            serverKeyPEM = try read("server.key")
+        }
     }
 
     /// Makes the admin identity on this machine (the key never leaves it) through the same token path as every
     /// other enrollment, and writes its identity file.
-    private func bootstrapAdmin(writeTo path: String, now: Date) throws(ILSError) {
+    private func bootstrapAdmin(writeTo path: String, now: Date) async throws(ILSError) {
         let controller = Controller(state: self)
-        let created = try controller.createIdentity(
+        let created = try await controller.createIdentity(
             ControllerAPI.CreateIdentityRequest(name: "admin", role: .admin, attributes: [], tokenLifetimeSeconds: 600),
             actor: "controller-init"
         )
         let keyPair = IdentityKeyPair.generate()
         let request = EnrollmentProof.makeRequest(token: created.token, keyPair: keyPair)
-        let response = try controller.enroll(request, now: Int64(now.timeIntervalSince1970))
+        let response = try await controller.enroll(request, now: Int64(now.timeIntervalSince1970))
         let file = IdentityFile(
             controller: address.description,
             identity: response.identity,

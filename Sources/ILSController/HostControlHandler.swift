@@ -83,14 +83,14 @@ final class HostControlHandler: ChannelInboundHandler {
             // peer's choice, and with terminal escapes in it `admin audit` would print forged lines.
             accepted = false
             message = HostControlMessage(error: invalid)
-            try? controller.state.store.audit(
+            controller.state.auditQueue.append(
                 actor: gateway.name,
                 action: "bind.refused",
                 target: Self.visible(service),
                 detail: invalid
             )
         } else {
-            let policy = try? controller.state.store.service(named: service)
+            let policy = controller.state.identities.service(named: service)
             accepted = policy.map { $0.bindRoles.contains(gateway.role) } ?? false
             if let policy, accepted {
                 message = HostControlMessage(
@@ -105,7 +105,7 @@ final class HostControlHandler: ChannelInboundHandler {
                     ? "there is no service named '\(service)'"
                     : "identity '\(gateway.name)' (role \(gateway.role.rawValue)) may not host '\(service)'"
                 message = HostControlMessage(error: reason)
-                try? controller.state.store.audit(
+                controller.state.auditQueue.append(
                     actor: gateway.name,
                     action: "bind.refused",
                     target: service,

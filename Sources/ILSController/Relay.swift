@@ -115,8 +115,8 @@ final class Relay: Sendable {
     {
         let eventLoop = stream.eventLoop
         // The connection was authenticated when it was made; the identity may have been revoked, disabled, deleted
-        // or re-certified since. Every circuit is checked against the store as it is now, and refused with the
-        // reason a new connection would get.
+        // or re-certified since. Every circuit is checked against the directory as it is now (memory, kept current
+        // from the store), and refused with the reason a new connection would get.
         do {
             _ = try controller.activeIdentity(id: device.id, fingerprint: device.certificateFingerprint)
         } catch {
@@ -129,19 +129,13 @@ final class Relay: Sendable {
                 )
             )
         }
-        let policy: ServiceRecord?
-        do {
-            policy = try controller.state.store.service(named: service)
-        } catch {
-            return eventLoop.makeSucceededFuture(.refuse(status: 500, code: "internal_error", reason: error.reason))
-        }
-        guard let policy else {
+        guard let policy = controller.state.identities.service(named: service) else {
             return eventLoop.makeSucceededFuture(
                 .refuse(status: 404, code: "unknown_service", reason: "there is no service named '\(service)'")
             )
         }
         guard policy.dialRoles.contains(device.role) else {
-            try? controller.state.store.audit(
+            controller.state.auditQueue.append(
                 actor: device.name,
                 action: "dial.refused",
                 target: service,

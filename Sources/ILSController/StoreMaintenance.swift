@@ -1,15 +1,15 @@
 import Foundation
 public import ILSCore
 public import Logging
-import NIOPosix
 public import ServiceLifecycle
 
 /// Audit retention and the other store work that must stay off the request path, every `interval`.
 ///
-/// Each pass, on NIO's blocking-I/O thread pool (a pass can take a moment on a large log, and no event loop may
-/// wait for it): the refusal counts not yet written (`RefusalAudit`), the blocks a full disk kept from being saved
-/// (`UnsavedBlocks`), then pruning: entries older than `retention.maximumAge` and beyond the newest
-/// `retention.maximumRows`, in batches of 1,000 rows per transaction.
+/// Each pass (the store runs its calls off the event loops): the refusal counts not yet written (`RefusalAudit`),
+/// the blocks a full disk kept from being saved (`UnsavedBlocks`), the last-seen times authentication noted in
+/// memory, a full reload of the identity directory (the backstop for a missed change notification), then pruning:
+/// entries older than `retention.maximumAge` and beyond the newest `retention.maximumRows`, in batches of 1,000
+/// rows per transaction.
 public struct StoreMaintenance: Service {
     /// How long and how much of the audit log to keep.
     public struct Retention: Sendable, Equatable {
@@ -47,29 +47,41 @@ public struct StoreMaintenance: Service {
             let wait = Duration.nanoseconds(interval.nanoseconds)
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: wait) }
         }
-        // The counts of the last minutes go in before the controller stops.
-        controller.flushRefusals()
+        // The counts and times of the last minutes go in before the controller stops.
+        await controller.flushRefusals()
+        try? await controller.state.store.recordLastSeen(controller.state.identities.takeLastSeen())
     }
 
     /// One pass; returns the number of audit rows pruned. Errors are logged, never thrown: the next pass retries.
     @discardableResult
     public func pass(now: Int64? = nil) async -> Int {
         let now = now ?? Int64(Date().timeIntervalSince1970)
-        let controller = self.controller
-        let retention = self.retention
-        let outcome = try? await NIOThreadPool.singleton.runIfActive { () -> Result<(Int, Int), ILSError> in
-            controller.flushRefusals()
-            let unsaved = controller.saveUnsavedBlocks()
-            do throws(ILSError) {
-                let pruned = try controller.state.store.pruneAudit(
-                    olderThan: now - retention.maximumAge.nanoseconds / 1_000_000_000,
-                    keepingAtMost: retention.maximumRows,
-                    batch: 1000
-                )
-                return .success((pruned, unsaved))
-            } catch {
-                return .failure(error)
-            }
+        let state = controller.state
+        await controller.flushRefusals()
+        let unsaved = await controller.saveUnsavedBlocks()
+        let seen = state.identities.takeLastSeen()
+        do throws(ILSError) {
+            try await state.store.recordLastSeen(seen)
+        } catch {
+            state.identities.restoreLastSeen(seen)
+            logger.warning("could not record last-seen times", metadata: ["error": "\(error.detail ?? error.reason)"])
+        }
+        // The backstop for a change notification this controller missed: the directory is read whole again.
+        do throws(ILSError) {
+            try await state.identities.reload(from: state.store)
+        } catch {
+            logger.warning("could not reload identities", metadata: ["error": "\(error.detail ?? error.reason)"])
+        }
+        let outcome: Result<(Int, Int), ILSError>
+        do throws(ILSError) {
+            let pruned = try await state.store.pruneAudit(
+                olderThan: now - retention.maximumAge.nanoseconds / 1_000_000_000,
+                keepingAtMost: retention.maximumRows,
+                batch: 1000
+            )
+            outcome = .success((pruned, unsaved))
+        } catch {
+            outcome = .failure(error)
         }
         switch outcome {
         case .success((let pruned, let unsaved)):
@@ -78,8 +90,6 @@ public struct StoreMaintenance: Service {
             return pruned
         case .failure(let error):
             logger.warning("audit retention failed", metadata: ["error": "\(error.detail ?? error.reason)"])
-            return 0
-        case nil:
             return 0
         }
     }

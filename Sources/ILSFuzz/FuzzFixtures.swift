@@ -2,6 +2,8 @@ import Foundation
 import ILSController
 import ILSCore
 import ILSCrypto
+import ILSStore
+import NIOConcurrencyHelpers
 import Logging
 import SwiftASN1
 
@@ -104,13 +106,32 @@ struct FuzzFixtures: Sendable {
     /// Each fuzz iteration gets its own, so one input's changes (an enrollment, a deleted identity) never leak into
     /// the next and a finding replays the same way.
     func controllerState() throws(ILSError) -> ControllerState {
-        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
-        try store.createService(ControllerState.defaultService)
+        // The store's calls are asynchronous and a fuzz iteration is not: wait for them on this thread (the store
+        // runs them on its own threads).
+        let made = NIOLockedValueBox<Result<ControllerState, ILSError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Result<ControllerState, ILSError>
+            do throws(ILSError) {
+                result = .success(try await makeControllerState())
+            } catch {
+                result = .failure(error)
+            }
+            made.withLockedValue { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try made.withLockedValue { $0 }!.get()
+    }
+
+    private func makeControllerState() async throws(ILSError) -> ControllerState {
+        let store = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
+        try await store.createService(ControllerState.defaultService)
         for identity in [admin, gateway, device] {
-            try store.createIdentity(identity.record, token: identity.token, actor: "fuzz")
+            try await store.createIdentity(identity.record, token: identity.token, actor: "fuzz")
         }
         for identity in [admin, gateway] {
-            _ = try store.consumeToken(
+            _ = try await store.consumeToken(
                 jti: identity.token.jti,
                 identityID: identity.record.id,
                 now: identity.token.createdAt,
@@ -121,7 +142,7 @@ struct FuzzFixtures: Sendable {
                 )
             )
         }
-        return ControllerState(
+        let state = ControllerState(
             directory: "/nonexistent/ils-fuzz",
             address: address,
             authority: authority,
@@ -130,6 +151,8 @@ struct FuzzFixtures: Sendable {
             tokenKey: tokenKey,
             store: store
         )
+        try await state.identities.reload(from: store)
+        return state
     }
 
     /// The device's enrollment token, signed by the fixed token key.

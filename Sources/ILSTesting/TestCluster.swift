@@ -83,7 +83,7 @@ public final class TestCluster: @unchecked Sendable {
             let logger = makeLogger(id: id)
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
             let port = try freePort()
-            let state = try ControllerState.initialize(
+            let state = try await ControllerState.initialize(
                 directory: "\(directory)/controller",
                 address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
                 adminOut: "\(directory)/identities/admin.json"
@@ -174,7 +174,7 @@ public final class TestCluster: @unchecked Sendable {
     /// Stops the controller and starts a new one on the same port and state directory.
     public func restartController() async throws {
         await controller.shutdown()  // idempotent: fine if it is already down
-        let reloaded = try ControllerState.load(directory: "\(directory)/controller")
+        let reloaded = try await ControllerState.load(directory: "\(directory)/controller")
         let server = try ControllerServer(
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),

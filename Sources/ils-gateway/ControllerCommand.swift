@@ -52,7 +52,7 @@ struct ControllerCommand: AsyncParsableCommand {
         func run() async throws {
             let directory = try state.resolved()
             let address = try ControllerAddress(parsing: address)
-            let controller = try ControllerState.initialize(directory: directory, address: address, adminOut: adminOut)
+            let controller = try await ControllerState.initialize(directory: directory, address: address, adminOut: adminOut)
             print("controller state created in \(directory)")
             print("CA fingerprint (sha256): \(controller.authority.fingerprint)")
             print("admin identity written to \(adminOut) (keep it private)")
@@ -93,7 +93,7 @@ struct ControllerCommand: AsyncParsableCommand {
                     "give --state-dir DIR (or set ILS_STATE_DIR, or state-dir in the config file)"
                 )
             }
-            let controllerState = try ControllerState.load(directory: directory)
+            let controllerState = try await ControllerState.load(directory: directory)
             let listenAddress: HostPort
             if let listen = layers.string(.listen, flag: listen) {
                 listenAddress = try HostPort(parsing: listen)

@@ -18,7 +18,7 @@ struct AdminAPITests {
             let before = try FileManager.default.contentsOfDirectory(atPath: state).sorted()
             let caBefore = try String(contentsOfFile: "\(state)/ca.pem", encoding: .utf8)
             #expect(throws: ILSError.self) {
-                _ = try ControllerState.initialize(
+                _ = try await ControllerState.initialize(
                     directory: state,
                     address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
                     adminOut: "\(fixture.directory)/other-admin.json"
@@ -37,7 +37,7 @@ struct AdminAPITests {
             _ = try await fixture.token(for: "laptop")
             let before: [IdentityRecord] = try await fixture.admin.call(.GET, "/v1/admin/identities")
             await fixture.server.shutdown()
-            let reloaded = try ControllerState.load(directory: "\(fixture.directory)/state")
+            let reloaded = try await ControllerState.load(directory: "\(fixture.directory)/state")
             let port = try ControllerAddress(parsing: reloaded.address.description).port
             let again = try await ControllerFixture.start(directory: fixture.directory, state: reloaded, port: port)
             let after: [IdentityRecord] = try await again.admin.call(.GET, "/v1/admin/identities")
@@ -111,7 +111,7 @@ struct AdminAPITests {
             } catch let error as ILSError {
                 #expect(error.code == .invalidArgument)
             }
-            #expect(try fixture.state.store.identities().map(\.name) == ["admin"])
+            #expect(try await fixture.state.store.identities().map(\.name) == ["admin"])
         }
     }
 
@@ -133,7 +133,7 @@ struct AdminAPITests {
             let token = try await fixture.token(for: "ipad")
             _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("a.json"), force: false)
             _ = try? await Enrollment.enroll(token: token, outputPath: fixture.path("b.json"), force: false)
-            let entries = try fixture.state.store.auditEntries(since: 0)
+            let entries = try await fixture.state.store.auditEntries(since: 0)
             #expect(entries.contains { $0.action == "identity.create" && $0.target == "ipad" && $0.actor == "admin" })
             #expect(entries.contains { $0.action == "identity.enroll" && $0.target == "ipad" })
             #expect(entries.contains { $0.action == "enroll.refused" && $0.detail == "token_used" })
@@ -188,7 +188,7 @@ struct AdminAPITests {
             } catch {
                 #expect((error as? ILSError)?.code == .permissionDenied)
             }
-            #expect(try fixture.state.store.auditEntries(since: 0).contains { $0.action == "identity.renew" })
+            #expect(try await fixture.state.store.auditEntries(since: 0).contains { $0.action == "identity.renew" })
         }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import ILSClient
 import ILSCore
+import ILSStore
 import ILSCrypto
 import Logging
 import Testing
@@ -55,7 +56,7 @@ struct AuditLogTests {
                     let _: ControllerAPI.EnrollResponse = try await anonymous.call(.POST, "/v1/enroll", body: garbage)
                 }
             }
-            let before = try fixture.state.store.auditEntries(since: 0).filter { $0.action == "enroll.refused" }
+            let before = try await fixture.state.store.auditEntries(since: 0).filter { $0.action == "enroll.refused" }
             #expect(before.count == 1)
             let page: ControllerAPI.AuditPage = try await fixture.admin.call(.GET, "/v1/admin/audit?limit=1000")
             let refused = page.entries.filter { $0.action == "enroll.refused" }
@@ -66,15 +67,15 @@ struct AuditLogTests {
 
     @Test("a peer's ESC, CR and BEL and a 10,000-character detail are stored escaped and bounded")
     func hostileAuditTextIsStoredSafe() throws {
-        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+        let store = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
         let hostile = "svc\u{1b}[2K\r2026-01-01  admin  identity.enable  ipad\u{07}"
-        try store.audit(
+        try await store.audit(
             actor: hostile,
             action: "bind.refused",
             target: hostile,
             detail: String(repeating: "\u{1b}", count: 10_000)
         )
-        let entry = try #require(try store.auditEntries(since: 0).first)
+        let entry = try #require(try await store.auditEntries(since: 0).first)
         for field in [entry.actor, entry.target, entry.detail] {
             #expect(!ControlCharacters.appear(in: field))
         }
@@ -86,9 +87,9 @@ struct AuditLogTests {
     func pagination() async throws {
         try await ControllerFixture.with { fixture in
             for i in 0..<250 {
-                try fixture.state.store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "")
+                try await fixture.state.store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "")
             }
-            let all = try fixture.state.store.auditEntries(since: 0)
+            let all = try await fixture.state.store.auditEntries(since: 0)
             var seen: [ControllerAPI.AuditEntry] = []
             var path = "/v1/admin/audit?limit=100"
             var pages = 0
@@ -141,7 +142,7 @@ struct AuditLogTests {
         #expect(try controller.identity(named: "ipad").state == .revoked)
         #expect(state.unsavedBlocks.all.isEmpty)
         #expect(
-            try state.store.auditEntries(since: 0).contains { $0.action == "identity.revoke" && $0.actor == "admin" }
+            try await state.store.auditEntries(since: 0).contains { $0.action == "identity.revoke" && $0.actor == "admin" }
         )
     }
 
@@ -153,19 +154,19 @@ struct AuditLogTests {
             serverCertificatePEM: "",
             serverKeyPEM: "",
             tokenKey: IdentityKeyPair.generate(),
-            store: try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+            store: try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
         )
     }
 
     @Test("retention prunes entries past the age and beyond the row cap, oldest first, in batches")
     func retentionPrunes() async throws {
-        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
-        for i in 0..<2500 { try store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "") }
-        #expect(try store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 1500)
-        let kept = try store.auditEntries(since: 0)
+        let store = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
+        for i in 0..<2500 { try await store.audit(actor: "t", action: "test.row", target: "\(i)", detail: "") }
+        #expect(try await store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 1500)
+        let kept = try await store.auditEntries(since: 0)
         #expect(kept.count == 1000)
         #expect(kept.first?.target == "1500" && kept.last?.target == "2499")
-        #expect(try store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 0)
+        #expect(try await store.pruneAudit(olderThan: 0, keepingAtMost: 1000, batch: 300) == 0)
 
         let state = try ControllerState(
             directory: "",
@@ -183,6 +184,6 @@ struct AuditLogTests {
         )
         #expect(await maintenance.pass(now: Int64(Date().timeIntervalSince1970)) == 0)
         #expect(await maintenance.pass(now: Int64(Date().timeIntervalSince1970) + 2 * 86_400) == 1000)
-        #expect(try store.auditEntries(since: 0).isEmpty)
+        #expect(try await store.auditEntries(since: 0).isEmpty)
     }
 }

@@ -40,7 +40,7 @@ struct ControllerFixture {
             ).path
             let port = try freePort()
             do {
-                let state = try ControllerState.initialize(
+                let state = try await ControllerState.initialize(
                     directory: "\(directory)/state",
                     address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
                     adminOut: "\(directory)/identities/admin.json"

@@ -56,7 +56,7 @@ struct ControllerHandshakeFailureTests {
             let otherDirectory = FileManager.default.temporaryDirectory
                 .appendingPathComponent("ils-other-ca-\(UUID().uuidString)").path
             defer { try? FileManager.default.removeItem(atPath: otherDirectory) }
-            let otherCA = try ControllerState.initialize(
+            let otherCA = try await ControllerState.initialize(
                 directory: "\(otherDirectory)/state",
                 address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
                 adminOut: "\(otherDirectory)/admin.json"

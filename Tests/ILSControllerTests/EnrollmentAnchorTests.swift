@@ -54,7 +54,7 @@ struct EnrollmentAnchorTests {
             await #expect(throws: ILSError.self) {
                 let _: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
             }
-            #expect(try fixture.state.store.identity(named: "ipad")?.state == .pending)
+            #expect(try await fixture.state.store.identity(named: "ipad")?.state == .pending)
         }
     }
 }

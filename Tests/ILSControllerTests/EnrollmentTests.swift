@@ -20,7 +20,7 @@ struct EnrollmentTests {
             let key = try IdentityKeyPair(privateKeyPEM: file.privateKey)
             #expect(certificate.publicKey == key.publicKey)
             #expect(certificate.role == .device)
-            let stored = try #require(try fixture.state.store.identity(named: "ipad"))
+            let stored = try #require(try await fixture.state.store.identity(named: "ipad"))
             #expect(stored.certificateFingerprint == certificate.fingerprint)
         }
     }
@@ -30,12 +30,12 @@ struct EnrollmentTests {
         try await ControllerFixture.with { fixture in
             let token = try await fixture.token(for: "ipad")
             _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("a.json"), force: false)
-            let fingerprint = try fixture.state.store.identity(named: "ipad")?.certificateFingerprint
+            let fingerprint = try await fixture.state.store.identity(named: "ipad")?.certificateFingerprint
             await #expect(throws: EnrollmentRefusal.used.error) {
                 _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("b.json"), force: false)
             }
             #expect(!FileManager.default.fileExists(atPath: fixture.path("b.json")))
-            #expect(try fixture.state.store.identity(named: "ipad")?.certificateFingerprint == fingerprint)
+            #expect(try await fixture.state.store.identity(named: "ipad")?.certificateFingerprint == fingerprint)
         }
     }
 
@@ -54,7 +54,7 @@ struct EnrollmentTests {
                 _ = try await Enrollment.enroll(token: broken, outputPath: fixture.path("x.json"), force: false)
             }
             #expect(!FileManager.default.fileExists(atPath: fixture.path("x.json")))
-            #expect(try fixture.state.store.identity(named: "ipad")?.state == .pending)
+            #expect(try await fixture.state.store.identity(named: "ipad")?.state == .pending)
         }
     }
 
@@ -101,7 +101,7 @@ struct EnrollmentTests {
                 expected = .badProof
             }
             #expect(throws: expected.error) { _ = try controller.enroll(request, now: at) }
-            let stored = try #require(try fixture.state.store.identity(named: "ipad"))
+            let stored = try #require(try await fixture.state.store.identity(named: "ipad"))
             #expect(stored.state == .pending)
             #expect(stored.certificateFingerprint == nil)
         }
@@ -157,7 +157,7 @@ struct EnrollmentTests {
             }
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "keep me")
             // The refusal came before the network: the token is still unused.
-            #expect(try fixture.state.store.identity(named: "ipad")?.state == .pending)
+            #expect(try await fixture.state.store.identity(named: "ipad")?.state == .pending)
             _ = try await Enrollment.enroll(token: token, outputPath: path, force: true)
             #expect(try IdentityFileIO.read(path).identity.name == "ipad")
         }

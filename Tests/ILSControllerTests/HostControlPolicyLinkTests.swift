@@ -70,7 +70,7 @@ struct HostControlPolicyLinkTests {
     func certificateChecks() throws {
         let (state, directory) = try temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let admin = try #require(try state.store.identities().first { $0.role == .admin })
+        let admin = try #require(try await state.store.identities().first { $0.role == .admin })
         for policyOnly in [true, false] {
             let channel = EmbeddedChannel()
             try channel.pipeline.syncOperations.addHandler(
@@ -135,7 +135,7 @@ struct HostControlPolicyLinkTests {
         let answer = try JSONDecoder().decode(HostControlMessage.self, from: Data(try #require(outcome.answer).utf8))
         #expect(answer.error?.contains("not valid") == true)
         #expect(answer.dialRoles == nil)
-        let rows = try state.store.auditEntries(since: 0).filter { $0.action == "bind.refused" }
+        let rows = try await state.store.auditEntries(since: 0).filter { $0.action == "bind.refused" }
         #expect(rows.count == 1)
         for row in rows {
             let text = row.actor + row.target + row.detail

@@ -1,5 +1,6 @@
 import Foundation
 import ILSCore
+import ILSStore
 import ILSFabric
 import ILSTesting
 import Logging
@@ -60,7 +61,7 @@ struct HostControlTests {
 func temporaryControllerState() throws -> (ControllerState, directory: String) {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-state-\(UUID().uuidString)")
         .path
-    let state = try ControllerState.initialize(
+    let state = try await ControllerState.initialize(
         directory: "\(directory)/state",
         address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
         adminOut: "\(directory)/admin.json"
@@ -104,14 +105,14 @@ struct RelayIdentityCheckTests {
         let expected: String
         switch change {
         case .revoked, .disabled:
-            _ = try state.store.changeState(
+            _ = try await state.store.changeState(
                 named: "phone",
                 to: change == .revoked ? .revoked : .disabled,
                 actor: "test"
             )
             expected = "identity 'phone' is \(change.rawValue)"
         case .deleted:
-            _ = try state.store.deleteIdentity(named: "phone", actor: "test")
+            _ = try await state.store.deleteIdentity(named: "phone", actor: "test")
             expected = "this identity certificate is no longer valid"
         case .reissued:
             device.certificateFingerprint = "replaced"
@@ -210,12 +211,12 @@ func activeDevice(in state: ControllerState, name: String = "phone", role: Ident
         state: .pending,
         createdAt: 0
     )
-    try state.store.createIdentity(
+    try await state.store.createIdentity(
         device,
         token: TokenRecord(jti: "jti-\(name)", identityID: device.id, createdAt: 0, expiresAt: .max),
         actor: "test"
     )
-    return try state.store.consumeToken(
+    return try await state.store.consumeToken(
         jti: "jti-\(name)",
         identityID: device.id,
         now: 1,

@@ -6,11 +6,11 @@ import Testing
 struct InMemoryStoreTests {
     @Test("an in-memory store keeps its rows to itself and writes no file")
     func inMemoryStore() throws {
-        let store = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
-        try store.createService(ControllerState.defaultService)
-        #expect(try store.service(named: ControllerState.defaultService.name) == ControllerState.defaultService)
-        let other = try SQLiteIdentityStore(path: SQLiteIdentityStore.inMemory)
+        let store = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
+        try await store.createService(ControllerState.defaultService)
+        #expect(try await store.service(named: ControllerState.defaultService.name) == ControllerState.defaultService)
+        let other = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
         #expect(try other.service(named: ControllerState.defaultService.name) == nil)
-        #expect(!FileManager.default.fileExists(atPath: SQLiteIdentityStore.inMemory))
+        #expect(!FileManager.default.fileExists(atPath: SQLiteControllerStore.inMemory))
     }
 }

@@ -8,7 +8,7 @@ struct ServerCertificateRotationTests {
     private func withState(_ body: (String) throws -> Void) throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ils-rot-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: root) }
-        _ = try ControllerState.initialize(
+        _ = try await ControllerState.initialize(
             directory: "\(root)/state",
             address: try ControllerAddress(parsing: "https://127.0.0.1:7443"),
             adminOut: "\(root)/admin.json"
@@ -19,7 +19,7 @@ struct ServerCertificateRotationTests {
     @Test("rotation issues a new certificate from the same CA and keeps the old one aside, private")
     func rotateKeepsCA() throws {
         try withState { directory in
-            let before = try ControllerState.load(directory: directory)
+            let before = try await ControllerState.load(directory: directory)
             let after = try ControllerState.rotateServerCertificate(directory: directory, address: nil)
             #expect(after.authority.fingerprint == before.authority.fingerprint)
             #expect(after.address == before.address)
@@ -39,7 +39,7 @@ struct ServerCertificateRotationTests {
         try withState { directory in
             let target = try ControllerAddress(parsing: "https://ctl2.example.net:8443")
             _ = try ControllerState.rotateServerCertificate(directory: directory, address: target)
-            let loaded = try ControllerState.load(directory: directory)
+            let loaded = try await ControllerState.load(directory: directory)
             #expect(loaded.address == target)
         }
     }

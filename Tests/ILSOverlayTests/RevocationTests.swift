@@ -62,7 +62,7 @@ struct RevocationTests {
             try? await refused.sendRequest("GET", "/health")
             #expect(await refused.isClosedByPeer())
 
-            let audit = try cluster.state.store.auditEntries(since: 0)
+            let audit = try await cluster.state.store.auditEntries(since: 0)
             #expect(audit.contains { $0.action == "identity.revoke" && $0.target == "ipad" && $0.actor == "admin" })
             await laptop.close()
             await again.close()
@@ -167,12 +167,12 @@ struct RevocationTests {
     @Test("a gateway that was offline during a revocation learns it on reconnecting and refuses the device itself")
     func offlineGatewayLearnsRevocation() async throws {
         try await withCluster { cluster in
-            let ipad = try #require(try cluster.state.store.identity(named: "ipad"))
+            let ipad = try #require(try await cluster.state.store.identity(named: "ipad"))
             #expect(!cluster.gateways[0].blocks(identityID: ipad.id))
             // The controller goes away; the revocation is written while no gateway is connected.
             await cluster.controller.shutdown()
             #expect(await TestCluster.eventually { !cluster.gateways[0].isHosting })
-            _ = try cluster.state.store.changeState(named: "ipad", to: .revoked, actor: "admin")
+            _ = try await cluster.state.store.changeState(named: "ipad", to: .revoked, actor: "admin")
             try await cluster.restartController()
             #expect(await TestCluster.eventually(.seconds(15)) { cluster.gateways[0].isHosting })
             #expect(cluster.gateways[0].blocks(identityID: ipad.id))

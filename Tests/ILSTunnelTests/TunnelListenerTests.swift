@@ -113,14 +113,14 @@ struct TunnelListenerTests {
         let cluster = try await TestCluster.start()
         do {
             let path = "\(cluster.directory)/identities/ipad.json"
-            let before = try #require(try cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
+            let before = try #require(try await cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
             // A live controller connection made with the old certificate exists before the renewal.
             let first = try await TestHTTPConnection(port: cluster.tunnelPort)
             try await first.sendRequest("GET", "/health")
             #expect(try await first.readHead().status == 200)
             _ = try await first.readBody()
             try await #require(cluster.tunnel).renewNow(path: path)
-            let after = try #require(try cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
+            let after = try #require(try await cluster.state.store.identity(named: "ipad")?.certificateFingerprint)
             #expect(after != before)
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
             try await connection.sendRequest("GET", "/health")

@@ -1,0 +1,66 @@
+import ILSCore
+import ILSFabric
+import ILSStore
+import Logging
+
+/// Applies what other controllers wrote to this controller's directory, from `ControllerStore.changes()`, and acts
+/// on it as this controller acts on its own writes: an identity another controller revoked, disabled, deleted or
+/// re-certified has its connections here closed (and with them its circuits), and every gateway linked here is
+/// sent the new block list. This is how a revocation through one controller cuts a device's streams on all of them.
+///
+/// SQLite's feed finishes at once (one controller per file), and so does this.
+struct StoreFollower: Sendable {
+    let controller: Controller
+    let live: LiveConnections
+    let logger: Logger
+
+    func follow() async {
+        let state = controller.state
+        for await change in state.store.changes() {
+            do throws(ILSError) {
+                switch change {
+                case .identity(let id):
+                    let (before, after) = try await state.identities.refresh(id: id, from: state.store)
+                    apply(before: before, after: after, id: id)
+                case .services:
+                    try await state.identities.refreshServices(from: state.store)
+                case .controllers:
+                    break
+                case .resynchronize:
+                    let blockedBefore = state.identities.blockedIDs
+                    try await state.identities.reload(from: state.store)
+                    let blocked = state.identities.blockedIDs
+                    for id in blocked.subtracting(blockedBefore) { live.close(identityID: id) }
+                    live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
+                    logger.notice("store notifications resumed; identities reloaded")
+                }
+            } catch {
+                // The maintenance pass reloads the whole directory; until then the next change retries.
+                logger.warning(
+                    "could not apply a change from the store",
+                    metadata: ["change": "\(change)", "error": "\(error.detail ?? error.reason)"]
+                )
+            }
+        }
+    }
+
+    private func apply(before: IdentityRecord?, after: IdentityRecord?, id: String) {
+        let wasAdmitted = before.map { $0.state == .active || $0.state == .pending } ?? false
+        let admitted = after.map { $0.state == .active || $0.state == .pending } ?? false
+        let recertified = before?.certificateFingerprint != nil
+            && before?.certificateFingerprint != after?.certificateFingerprint
+        guard wasAdmitted && (!admitted || recertified) else {
+            if !wasAdmitted && admitted, before != nil {
+                // Enabled again elsewhere: gateways may admit it again.
+                live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
+            }
+            return
+        }
+        live.close(identityID: id)
+        if !admitted { live.push(HostControlMessage(blocked: controller.blockedIdentityIDs())) }
+        logger.notice(
+            "identity changed on another controller; its connections here were closed",
+            metadata: ["identity": "\(after?.name ?? before?.name ?? id)", "state": "\(after?.state.rawValue ?? "deleted")"]
+        )
+    }
+}
