@@ -17,7 +17,7 @@ struct AdminAPITests {
             #expect(fileMode(fixture.adminPath) == 0o600)
             let before = try FileManager.default.contentsOfDirectory(atPath: state).sorted()
             let caBefore = try String(contentsOfFile: "\(state)/ca.pem", encoding: .utf8)
-            #expect(throws: ILSError.self) {
+            await #expect(throws: ILSError.self) {
                 _ = try await ControllerState.initialize(
                     directory: state,
                     address: try ControllerAddress(parsing: "https://127.0.0.1:1"),

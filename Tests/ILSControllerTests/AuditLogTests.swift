@@ -66,7 +66,7 @@ struct AuditLogTests {
     }
 
     @Test("a peer's ESC, CR and BEL and a 10,000-character detail are stored escaped and bounded")
-    func hostileAuditTextIsStoredSafe() throws {
+    func hostileAuditTextIsStoredSafe() async throws {
         let store = try SQLiteControllerStore(path: SQLiteControllerStore.inMemory)
         let hostile = "svc\u{1b}[2K\r2026-01-01  admin  identity.enable  ipad\u{07}"
         try await store.audit(
@@ -125,21 +125,21 @@ struct AuditLogTests {
     func unsavedBlockIsEnforcedThenSaved() async throws {
         let state = try Self.memoryState()
         let controller = Controller(state: state)
-        let created = try controller.createIdentity(
+        let created = try await controller.createIdentity(
             .init(name: "ipad", role: .device, attributes: [], tokenLifetimeSeconds: 600),
             actor: "admin"
         )
         // What `changeState` keeps when the store's write fails (a full disk; shown end to end in test_faults.py).
         state.unsavedBlocks.add(id: created.identity.id, name: "ipad", state: .revoked, actor: "admin")
         #expect(controller.blockedIdentityIDs() == [created.identity.id])
-        #expect(try controller.identity(named: "ipad").state == .pending)
+        #expect(try await controller.identity(named: "ipad").state == .pending)
         let maintenance = StoreMaintenance(
             state: state,
             retention: .standard,
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )
         await maintenance.pass()
-        #expect(try controller.identity(named: "ipad").state == .revoked)
+        #expect(try await controller.identity(named: "ipad").state == .revoked)
         #expect(state.unsavedBlocks.all.isEmpty)
         #expect(
             try await state.store.auditEntries(since: 0).contains { $0.action == "identity.revoke" && $0.actor == "admin" }

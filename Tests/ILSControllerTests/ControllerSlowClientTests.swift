@@ -61,7 +61,7 @@ struct ControllerSlowClientTests {
             #expect(outcome.piecesSent < Self.tricklePieces, "the trickle ran its whole course")
             #expect(outcome.answer.hasPrefix("HTTP/1.1 408 "), "answer: \(outcome.answer)")
             // Nothing was written: the token is unspent and still enrolls.
-            #expect(try fixture.controller.identity(named: "trickle-device").state == .pending)
+            #expect(try await fixture.controller.identity(named: "trickle-device").state == .pending)
             _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("trickle.json"), force: false)
         }
     }

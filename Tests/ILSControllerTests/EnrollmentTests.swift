@@ -100,7 +100,7 @@ struct EnrollmentTests {
                 request.proof = EnrollmentProof.makeRequest(token: good, keyPair: IdentityKeyPair.generate()).proof
                 expected = .badProof
             }
-            #expect(throws: expected.error) { _ = try controller.enroll(request, now: at) }
+            await #expect(throws: expected.error) { _ = try await controller.enroll(request, now: at) }
             let stored = try #require(try await fixture.state.store.identity(named: "ipad"))
             #expect(stored.state == .pending)
             #expect(stored.certificateFingerprint == nil)

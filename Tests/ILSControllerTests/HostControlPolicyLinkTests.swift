@@ -47,8 +47,8 @@ struct HostControlPolicyLinkTests {
     }
 
     @Test("a policy-only link gets the policy and the pushes but is never registered for circuits")
-    func policyOnly() throws {
-        let (state, directory) = try temporaryControllerState()
+    func policyOnly() async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let outcome = try control(
             [
@@ -67,8 +67,8 @@ struct HostControlPolicyLinkTests {
     }
 
     @Test("a policy-only link's certificate checks are answered from the store; a hosting link's are ignored")
-    func certificateChecks() throws {
-        let (state, directory) = try temporaryControllerState()
+    func certificateChecks() async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let admin = try #require(try await state.store.identities().first { $0.role == .admin })
         for policyOnly in [true, false] {
@@ -113,8 +113,8 @@ struct HostControlPolicyLinkTests {
     }
 
     @Test("a hosting link is registered for pushes and circuits, as before")
-    func hosting() throws {
-        let (state, directory) = try temporaryControllerState()
+    func hosting() async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let outcome = try control([":status": "200", FabricProtocol.serviceHeader: "claude-api"], state: state)
         #expect(outcome.subscribed == 1)
@@ -125,8 +125,8 @@ struct HostControlPolicyLinkTests {
         "a service name with terminal escapes is refused, nothing is registered, and the audit row shows it escaped",
         arguments: ["claude-api\u{1B}[2K\rforged line", "\u{1B}]0;title\u{07}", "a\u{202E}b", "../etc", ""]
     )
-    func invalidServiceName(name: String) throws {
-        let (state, directory) = try temporaryControllerState()
+    func invalidServiceName(name: String) async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let outcome = try control([":status": "200", FabricProtocol.serviceHeader: name], state: state)
         #expect(outcome.subscribed == 0)

@@ -18,8 +18,8 @@ struct HostControlTests {
     /// find the gateway registered with the relay. With the answer written first, a dial could fall between the two
     /// and get 503 service_unavailable (seen as a rare test failure on a loaded machine).
     @Test("the relay has the gateway before the answer that tells it it is hosting is written")
-    func registersBeforeAnswering() throws {
-        let (state, directory) = try temporaryControllerState()
+    func registersBeforeAnswering() async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let gateway = gatewayRecord()
         let channel = EmbeddedChannel()
@@ -58,7 +58,7 @@ struct HostControlTests {
 
 /// A controller state in a fresh temporary directory (the caller removes the directory), for tests that drive the
 /// controller's parts without a server.
-func temporaryControllerState() throws -> (ControllerState, directory: String) {
+func temporaryControllerState() async throws -> (ControllerState, directory: String) {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-state-\(UUID().uuidString)")
         .path
     let state = try await ControllerState.initialize(
@@ -82,9 +82,9 @@ struct RelayIdentityCheckTests {
         arguments: Change.allCases
     )
     func refusedWithTheReason(change: Change) async throws {
-        let (state, directory) = try temporaryControllerState()
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var device = try activeDevice(in: state)
+        var device = try await activeDevice(in: state)
         let relay = Relay(
             controller: Controller(state: state),
             gatewayTimeout: .seconds(1),
@@ -105,14 +105,15 @@ struct RelayIdentityCheckTests {
         let expected: String
         switch change {
         case .revoked, .disabled:
-            _ = try await state.store.changeState(
-                named: "phone",
+            // Through the controller, as the admin API does: it keeps the directory the relay reads current.
+            _ = try await Controller(state: state).changeState(
+                name: "phone",
                 to: change == .revoked ? .revoked : .disabled,
                 actor: "test"
             )
             expected = "identity 'phone' is \(change.rawValue)"
         case .deleted:
-            _ = try await state.store.deleteIdentity(named: "phone", actor: "test")
+            try await Controller(state: state).deleteIdentity(named: "phone", actor: "test")
             expected = "this identity certificate is no longer valid"
         case .reissued:
             device.certificateFingerprint = "replaced"
@@ -136,11 +137,11 @@ struct RelayGatewayTimeoutTests {
     /// refused. The stream it opened to that gateway must not stay open: a late answer would otherwise leave the
     /// gateway holding a circuit (and a backend request) nobody relays, until the link closes.
     @Test("the relay closes the stream to a gateway it gave up on, and refuses the device")
-    func closesTheAbandonedStream() throws {
-        let (state, directory) = try temporaryControllerState()
+    func closesTheAbandonedStream() async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try activeDevice(in: state)
-        let gateway = try activeDevice(in: state, name: "gw", role: .gateway)
+        let device = try await activeDevice(in: state)
+        let gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
         let loop = EmbeddedEventLoop()
         // The controller's end of a gateway link (HTTP/2 client: the relay opens the streams) and the gateway's end,
         // which records each circuit's frames and never answers.
@@ -200,7 +201,7 @@ struct RelayGatewayTimeoutTests {
 }
 
 /// An enrolled, active device identity in `state`'s store.
-func activeDevice(in state: ControllerState, name: String = "phone", role: IdentityRole = .device) throws
+func activeDevice(in state: ControllerState, name: String = "phone", role: IdentityRole = .device) async throws
     -> IdentityRecord
 {
     let device = IdentityRecord(
@@ -216,12 +217,15 @@ func activeDevice(in state: ControllerState, name: String = "phone", role: Ident
         token: TokenRecord(jti: "jti-\(name)", identityID: device.id, createdAt: 0, expiresAt: .max),
         actor: "test"
     )
-    return try await state.store.consumeToken(
+    let record = try await state.store.consumeToken(
         jti: "jti-\(name)",
         identityID: device.id,
         now: 1,
         certificate: EnrolledCertificate(fingerprint: "current", notAfter: .max, publicKey: "key")
     )
+    // Written behind the controller's back: the directory the data path reads is told, as a reload would.
+    state.identities.apply(record)
+    return record
 }
 
 /// An active gateway identity (not stored: the relay and the control handler only carry it).

@@ -41,11 +41,11 @@ struct RelayHostCertificateTests {
         "a link made with a replaced certificate gets no circuit and is closed; one with the current certificate gets it",
         arguments: [false, true]
     )
-    func supersededLinkGetsNoCircuit(current: Bool) throws {
-        let (state, directory) = try temporaryControllerState()
+    func supersededLinkGetsNoCircuit(current: Bool) async throws {
+        let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try activeDevice(in: state)
-        var gateway = try activeDevice(in: state, name: "gw", role: .gateway)
+        let device = try await activeDevice(in: state)
+        var gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
         // What the link was authenticated with: the store's current fingerprint, or the one before a renewal.
         if !current { gateway.certificateFingerprint = "before-renewal" }
         let loop = EmbeddedEventLoop()

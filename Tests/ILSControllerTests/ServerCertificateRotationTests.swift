@@ -5,7 +5,7 @@ import Testing
 
 @Suite("Controller TLS certificate rotation")
 struct ServerCertificateRotationTests {
-    private func withState(_ body: (String) throws -> Void) throws {
+    private func withState(_ body: (String) async throws -> Void) async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ils-rot-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: root) }
         _ = try await ControllerState.initialize(
@@ -13,13 +13,13 @@ struct ServerCertificateRotationTests {
             address: try ControllerAddress(parsing: "https://127.0.0.1:7443"),
             adminOut: "\(root)/admin.json"
         )
-        try body("\(root)/state")
+        try await body("\(root)/state")
     }
 
     @Test("rotation issues a new certificate from the same CA and keeps the old one aside, private")
-    func rotateKeepsCA() throws {
-        try withState { directory in
-            let before = try await ControllerState.load(directory: directory)
+    func rotateKeepsCA() async throws {
+        try await withState { directory in
+            let before = try ControllerState.Files(directory: directory)
             let after = try ControllerState.rotateServerCertificate(directory: directory, address: nil)
             #expect(after.authority.fingerprint == before.authority.fingerprint)
             #expect(after.address == before.address)
@@ -35,11 +35,11 @@ struct ServerCertificateRotationTests {
     }
 
     @Test("rotation to a new address moves the controller there; the state loads with it")
-    func rotateToNewAddress() throws {
-        try withState { directory in
+    func rotateToNewAddress() async throws {
+        try await withState { directory in
             let target = try ControllerAddress(parsing: "https://ctl2.example.net:8443")
             _ = try ControllerState.rotateServerCertificate(directory: directory, address: target)
-            let loaded = try await ControllerState.load(directory: directory)
+            let loaded = try ControllerState.Files(directory: directory)
             #expect(loaded.address == target)
         }
     }

@@ -275,7 +275,7 @@ struct HTTPModeDeviceTests {
             // The controller now knows only the new certificate; the link is bound with it and the policy holds.
             #expect(
                 await TestCluster.eventually(.seconds(10)) {
-                    let stored = try? fixture.cluster.state.store.identity(named: "web")?.certificateFingerprint
+                    let stored = fixture.cluster.state.identities.identity(named: "web")?.certificateFingerprint
                     return stored == renewed.identity.certificateFingerprint && fixture.server.isReady
                 }
             )
