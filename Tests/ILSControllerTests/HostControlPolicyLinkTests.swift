@@ -135,6 +135,8 @@ struct HostControlPolicyLinkTests {
         let answer = try JSONDecoder().decode(HostControlMessage.self, from: Data(try #require(outcome.answer).utf8))
         #expect(answer.error?.contains("not valid") == true)
         #expect(answer.dialRoles == nil)
+        // Written off the event loop (AuditQueue): the audit API flushes the queue before it reads, as here.
+        await Controller(state: state).flushRefusals()
         let rows = try await state.store.auditEntries(since: 0).filter { $0.action == "bind.refused" }
         #expect(rows.count == 1)
         for row in rows {
