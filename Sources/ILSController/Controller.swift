@@ -308,6 +308,51 @@ public struct Controller: Sendable {
         return deleted
     }
 
+    /// The controllers sharing this one's store that sent a heartbeat in the last `ControllerHeartbeat.window`,
+    /// this one always among them, by address.
+    public func controllers(now: Int64? = nil) async throws(ILSError) -> [ControllerAPI.ControllerInfo] {
+        let now = now ?? Int64(Date().timeIntervalSince1970)
+        let members = try await state.store.controllers(seenSince: now - ControllerHeartbeat.window)
+        var listed = members.map {
+            ControllerAPI.ControllerInfo(address: $0.address, startedAt: $0.startedAt, lastSeenAt: $0.lastSeenAt)
+        }
+        if !listed.contains(where: { $0.address == state.address.description }) {
+            listed.append(.init(address: state.address.description, startedAt: now, lastSeenAt: now))
+        }
+        return listed.sorted { $0.address < $1.address }
+    }
+
+    /// `POST /v1/admin/cluster/join`: the cluster's secrets for a new replica at `request.address`, sealed to its
+    /// one-time key, with an audit row. Refused on a SQLite store, which only one controller may use.
+    public func join(_ request: ControllerAPI.JoinRequest, actor: String) async throws(ILSError)
+        -> ControllerAPI.JoinResponse
+    {
+        guard state.store is SQLiteControllerStore == false else {
+            throw ILSError(
+                .conflict,
+                "this controller's store is SQLite, which one controller uses alone; move it to PostgreSQL first "
+                    + "(ils-gateway controller migrate), then join replicas"
+            )
+        }
+        let address = try ControllerAddress(parsing: request.address)
+        guard let publicKey = Base64URL.decode(request.publicKey), publicKey.count == 32 else {
+            throw ILSError(.invalidArgument, "publicKey must be 32 bytes of base64url (X25519)")
+        }
+        let secrets = ControllerSecrets(caKey: state.authority.privateKeyPEM, tokenKey: state.tokenKey.privateKeyPEM)
+        let sealed = try secrets.sealed(to: publicKey, context: address.description)
+        try await state.store.audit(
+            actor: actor,
+            action: "controller.join",
+            target: address.description,
+            detail: "secrets sealed to key \(Fingerprint.sha256(publicKey).prefix(16))"
+        )
+        return ControllerAPI.JoinResponse(
+            caCertificate: state.authority.certificatePEM,
+            encapsulatedKey: Base64URL.encode(sealed.encapsulatedKey),
+            sealedSecrets: Base64URL.encode(sealed.ciphertext)
+        )
+    }
+
     private func makeToken(for identity: IdentityRecord, lifetime: Int64, now: Int64) throws(ILSError)
         -> (String, TokenRecord)
     {

@@ -1,8 +1,8 @@
 import Dispatch
 import Foundation
-import NIOConcurrencyHelpers
 import ILSCore
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOSSL

@@ -76,6 +76,15 @@ struct ControllerRouter: Sendable {
             )
             logger.info("renewed", metadata: ["identity": "\(response.identity.name)"])
             return try Self.json(response)
+        case (.GET, "v1/controllers"):
+            // Any active identity may ask which controllers share this one's store (devices and gateways fail over
+            // along it; `status` shows it).
+            guard let certificate = request.clientCertificate else {
+                throw ILSError(.permissionDenied, "no client certificate was presented")
+            }
+            let presented = try IdentityCertificate(der: certificate)
+            _ = try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: "the list")
+            return try Self.json(try await controller.controllers())
         case (.GET, "v1/whoami"):
             // Any enrolled, active identity may ask how the controller sees it (ils-gateway status).
             guard let certificate = request.clientCertificate else {
@@ -146,6 +155,14 @@ struct ControllerRouter: Sendable {
             )
         case (.GET, "audit", 1, _):
             return try Self.json(try await auditPage(request.query))
+        case (.POST, "cluster", 2, "join"):
+            let body = try Self.decode(ControllerAPI.JoinRequest.self, request.body)
+            let response = try await controller.join(body, actor: actor)
+            logger.notice(
+                "controller replica joined",
+                metadata: ["address": "\(body.address.prefix(200))", "actor": "\(actor)"]
+            )
+            return try Self.json(response)
         default:
             throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
         }

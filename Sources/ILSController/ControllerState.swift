@@ -137,6 +137,56 @@ public struct ControllerState: Sendable {
         }
     }
 
+    /// Creates the state directory of a new replica of an existing controller: the cluster's CA and token key (from
+    /// `controller join`), a TLS certificate for `address` issued here with that CA, and no store of its own (it
+    /// shares the cluster's PostgreSQL store). Refuses a directory that is not empty; removes what it wrote on failure.
+    public static func initializeReplica(
+        directory: String,
+        address: ControllerAddress,
+        caCertificatePEM: String,
+        secrets: ControllerSecrets,
+        now: Date = Date()
+    ) throws(ILSError) -> Files {
+        let manager = FileManager.default
+        if let contents = try? manager.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+            throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
+        }
+        let authority: CertificateAuthority
+        let server: (certificatePEM: String, privateKeyPEM: String)
+        do {
+            authority = try CertificateAuthority(certificatePEM: caCertificatePEM, privateKeyPEM: secrets.caKey)
+            server = try authority.issueServerCertificate(host: address.host, now: now)
+        } catch {
+            throw ILSError(.invalidInput, "the cluster's CA could not be loaded from the joined secrets")
+        }
+        _ = try IdentityKeyPair(privateKeyPEM: secrets.tokenKey)
+        let existed = manager.fileExists(atPath: directory)
+        try SecureFile.createPrivateDirectory(directory)
+        do throws(ILSError) {
+            try write(authority.certificatePEM, "ca.pem", in: directory)
+            try write(secrets.caKey, "ca.key", in: directory)
+            try write(server.certificatePEM + "\n" + authority.certificatePEM, "server.pem", in: directory)
+            try write(server.privateKeyPEM, "server.key", in: directory)
+            try write(secrets.tokenKey, "token.key", in: directory)
+            let configuration = Configuration(
+                version: 1,
+                address: address.description,
+                caFingerprint: authority.fingerprint
+            )
+            try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
+            return try Files(directory: directory)
+        } catch {
+            if existed {
+                for name in (try? manager.contentsOfDirectory(atPath: directory)) ?? [] {
+                    try? manager.removeItem(atPath: "\(directory)/\(name)")
+                }
+            } else {
+                try? manager.removeItem(atPath: directory)
+            }
+            throw error
+        }
+    }
+
     /// Opens an existing state directory, with `store` when given (PostgreSQL) or else the directory's SQLite file,
     /// and loads the identity directory from it.
     public static func load(directory: String, store givenStore: (any ControllerStore)? = nil) async throws(ILSError)

@@ -231,7 +231,8 @@ final class Relay: Sendable {
                     gateway: host.identity.name,
                     startedAt: Int64(Date().timeIntervalSince1970),
                     bytesFromDevice: 0,
-                    bytesToDevice: 0
+                    bytesToDevice: 0,
+                    controller: self.controller.state.address.description
                 ),
                 host: host.key
             )

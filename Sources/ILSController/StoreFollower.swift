@@ -47,7 +47,8 @@ struct StoreFollower: Sendable {
     private func apply(before: IdentityRecord?, after: IdentityRecord?, id: String) {
         let wasAdmitted = before.map { $0.state == .active || $0.state == .pending } ?? false
         let admitted = after.map { $0.state == .active || $0.state == .pending } ?? false
-        let recertified = before?.certificateFingerprint != nil
+        let recertified =
+            before?.certificateFingerprint != nil
             && before?.certificateFingerprint != after?.certificateFingerprint
         guard wasAdmitted && (!admitted || recertified) else {
             if !wasAdmitted && admitted, before != nil {
@@ -60,7 +61,9 @@ struct StoreFollower: Sendable {
         if !admitted { live.push(HostControlMessage(blocked: controller.blockedIdentityIDs())) }
         logger.notice(
             "identity changed on another controller; its connections here were closed",
-            metadata: ["identity": "\(after?.name ?? before?.name ?? id)", "state": "\(after?.state.rawValue ?? "deleted")"]
+            metadata: [
+                "identity": "\(after?.name ?? before?.name ?? id)", "state": "\(after?.state.rawValue ?? "deleted")",
+            ]
         )
     }
 }

@@ -91,6 +91,49 @@ public enum ControllerAPI {
         }
     }
 
+    /// `POST /v1/admin/cluster/join` (admin only): a new controller replica asks for the cluster's secrets, the CA
+    /// key and the token-signing key, for `address`. They come back sealed to `publicKey` (HPKE, `ControllerSecrets`),
+    /// so they are never in the clear outside the two controllers' memory, even inside the TLS connection.
+    public struct JoinRequest: Codable, Sendable {
+        /// The replica's own `https://HOST:PORT`.
+        public var address: String
+        /// The replica's one-time X25519 public key, base64url (32 bytes).
+        public var publicKey: String
+
+        public init(address: String, publicKey: String) {
+            self.address = address
+            self.publicKey = publicKey
+        }
+    }
+
+    /// Answer to `JoinRequest`.
+    public struct JoinResponse: Codable, Sendable {
+        public var caCertificate: String
+        /// HPKE's encapsulated key, base64url.
+        public var encapsulatedKey: String
+        /// The sealed `ControllerSecrets`, base64url.
+        public var sealedSecrets: String
+
+        public init(caCertificate: String, encapsulatedKey: String, sealedSecrets: String) {
+            self.caCertificate = caCertificate
+            self.encapsulatedKey = encapsulatedKey
+            self.sealedSecrets = sealedSecrets
+        }
+    }
+
+    /// A controller replica sharing the store, as `GET /v1/controllers` lists them.
+    public struct ControllerInfo: Codable, Sendable, Hashable {
+        public var address: String
+        public var startedAt: Int64
+        public var lastSeenAt: Int64
+
+        public init(address: String, startedAt: Int64, lastSeenAt: Int64) {
+            self.address = address
+            self.startedAt = startedAt
+            self.lastSeenAt = lastSeenAt
+        }
+    }
+
     /// Answer to create and reissue: the identity and its one-time enrollment token.
     public struct TokenResponse: Codable, Sendable {
         public var identity: IdentityRecord
@@ -115,6 +158,8 @@ public enum ControllerAPI {
         /// Ciphertext bytes relayed from the device to the gateway, and back.
         public var bytesFromDevice: Int
         public var bytesToDevice: Int
+        /// The controller relaying the circuit (its address); nil from controllers of earlier releases.
+        public var controller: String?
 
         public init(
             id: String,
@@ -124,8 +169,10 @@ public enum ControllerAPI {
             gateway: String,
             startedAt: Int64,
             bytesFromDevice: Int,
-            bytesToDevice: Int
+            bytesToDevice: Int,
+            controller: String? = nil
         ) {
+            self.controller = controller
             self.id = id
             self.device = device
             self.deviceID = deviceID

@@ -3,8 +3,8 @@ import ILSController
 import ILSCore
 import ILSCrypto
 import ILSStore
-import NIOConcurrencyHelpers
 import Logging
+import NIOConcurrencyHelpers
 import SwiftASN1
 
 /// The fixed PKI and controller every fuzz target runs against, built once per process.

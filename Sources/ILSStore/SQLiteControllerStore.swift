@@ -89,7 +89,12 @@ public final class SQLiteControllerStore: ControllerStore {
         async throws(ILSError) -> IdentityRecord
     {
         try await run { stores throws(ILSError) in
-            try stores.renewCertificate(id: id, previousFingerprint: previousFingerprint, certificate: certificate, now: now)
+            try stores.renewCertificate(
+                id: id,
+                previousFingerprint: previousFingerprint,
+                certificate: certificate,
+                now: now
+            )
         }
     }
 

@@ -448,7 +448,13 @@ final class SQLiteStoreTransactions: Sendable {
                 guard let jti = row[0].text, let id = row[1].text, let created = row[2].integer,
                     let expires = row[3].integer
                 else { return nil }
-                return TokenRecord(jti: jti, identityID: id, createdAt: created, expiresAt: expires, consumedAt: row[4].integer)
+                return TokenRecord(
+                    jti: jti,
+                    identityID: id,
+                    createdAt: created,
+                    expiresAt: expires,
+                    consumedAt: row[4].integer
+                )
             }
             let services = try database.query("SELECT name, dial_roles, bind_roles FROM services ORDER BY name")
                 .compactMap(Self.service(from:))

@@ -15,7 +15,7 @@ struct ControllerCommand: AsyncParsableCommand {
               ils-gateway controller init --state-dir /var/lib/ils --address https://ctl.example.net:7443
               ils-gateway controller run --state-dir /var/lib/ils
             """,
-        subcommands: [Init.self, Run.self, RotateTLS.self]
+        subcommands: [Init.self, Join.self, Run.self, RotateTLS.self]
     )
 
     struct StateDirectory: ParsableArguments {
@@ -52,7 +52,11 @@ struct ControllerCommand: AsyncParsableCommand {
         func run() async throws {
             let directory = try state.resolved()
             let address = try ControllerAddress(parsing: address)
-            let controller = try await ControllerState.initialize(directory: directory, address: address, adminOut: adminOut)
+            let controller = try await ControllerState.initialize(
+                directory: directory,
+                address: address,
+                adminOut: adminOut
+            )
             print("controller state created in \(directory)")
             print("CA fingerprint (sha256): \(controller.authority.fingerprint)")
             print("admin identity written to \(adminOut) (keep it private)")

@@ -56,15 +56,15 @@ struct EnrollmentStoreTests {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let store = FileIdentityStore(path: "\(directory)/device.json")
-            #expect(try await store.load() == nil)
-            try await store.save(identity)
+            #expect(try store.load() == nil)
+            try store.save(identity)
             let mode = try FileManager.default.attributesOfItem(atPath: store.path)[.posixPermissions] as? Int
             #expect(mode == 0o600)
-            #expect(try await store.load()?.certificate == identity.certificate)
-            try await store.save(identity)  // replacing is allowed
-            try await store.delete()
-            #expect(try await store.load() == nil)
-            try await store.delete()  // nothing stored is not an error
+            #expect(try store.load()?.certificate == identity.certificate)
+            try store.save(identity)  // replacing is allowed
+            try store.delete()
+            #expect(try store.load() == nil)
+            try store.delete()  // nothing stored is not an error
             #expect(files(under: directory).isEmpty)
         }
     }

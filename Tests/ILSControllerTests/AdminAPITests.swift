@@ -192,3 +192,56 @@ struct AdminAPITests {
         }
     }
 }
+
+@Suite("Joining a controller replica")
+struct ControllerJoinTests {
+    @Test("a controller on SQLite refuses to hand out its secrets, and writes no audit row")
+    func sqliteRefusesJoin() async throws {
+        let (state, directory) = try await temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let before = try await state.store.auditEntries(since: 0).count
+        let opener = ControllerSecrets.Opener()
+        await #expect(throws: ILSError.self) {
+            _ = try await Controller(state: state).join(
+                ControllerAPI.JoinRequest(address: "https://ctl-b:7443", publicKey: Base64URL.encode(opener.publicKey)),
+                actor: "admin"
+            )
+        }
+        #expect(try await state.store.auditEntries(since: 0).count == before)
+    }
+
+    @Test("a replica's state has the cluster's CA and token key and its own TLS certificate, keys 0600")
+    func replicaState() async throws {
+        let (state, directory) = try await temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let secrets = ControllerSecrets(
+            caKey: state.authority.privateKeyPEM,
+            tokenKey: try String(contentsOfFile: "\(state.directory)/token.key", encoding: .utf8)
+        )
+        let replica = "\(directory)/replica"
+        let files = try ControllerState.initializeReplica(
+            directory: replica,
+            address: try ControllerAddress(parsing: "https://127.0.0.2:7444"),
+            caCertificatePEM: state.authority.certificatePEM,
+            secrets: secrets
+        )
+        #expect(files.authority.fingerprint == state.authority.fingerprint)
+        #expect(files.serverCertificatePEM != state.serverCertificatePEM)
+        #expect(!FileManager.default.fileExists(atPath: "\(replica)/store.sqlite"))
+        for name in ["ca.key", "token.key", "server.key"] {
+            let mode = try FileManager.default.attributesOfItem(atPath: "\(replica)/\(name)")[.posixPermissions]
+            #expect(mode as? Int == 0o600, "\(name)")
+        }
+        // Not twice into the same directory, and nothing is changed by the refusal.
+        let listing = try FileManager.default.contentsOfDirectory(atPath: replica).sorted()
+        #expect(throws: ILSError.self) {
+            _ = try ControllerState.initializeReplica(
+                directory: replica,
+                address: try ControllerAddress(parsing: "https://127.0.0.2:7444"),
+                caCertificatePEM: state.authority.certificatePEM,
+                secrets: secrets
+            )
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: replica).sorted() == listing)
+    }
+}

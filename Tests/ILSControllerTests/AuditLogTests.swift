@@ -1,8 +1,8 @@
 import Foundation
 import ILSClient
 import ILSCore
-import ILSStore
 import ILSCrypto
+import ILSStore
 import Logging
 import Testing
 
@@ -142,7 +142,9 @@ struct AuditLogTests {
         #expect(try await controller.identity(named: "ipad").state == .revoked)
         #expect(state.unsavedBlocks.all.isEmpty)
         #expect(
-            try await state.store.auditEntries(since: 0).contains { $0.action == "identity.revoke" && $0.actor == "admin" }
+            try await state.store.auditEntries(since: 0).contains {
+                $0.action == "identity.revoke" && $0.actor == "admin"
+            }
         )
     }
 

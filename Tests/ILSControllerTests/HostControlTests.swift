@@ -1,7 +1,7 @@
 import Foundation
 import ILSCore
-import ILSStore
 import ILSFabric
+import ILSStore
 import ILSTesting
 import Logging
 import NIOConcurrencyHelpers
