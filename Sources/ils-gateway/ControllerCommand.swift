@@ -119,10 +119,11 @@ struct ControllerCommand: AsyncParsableCommand {
                 retention: try auditOptions.retention(layers),
                 logger: logger
             )
+            let heartbeat = ControllerHeartbeat(state: controllerState, logger: logger)
             if let metrics {
-                try await runUntilSignalled(server, maintenance, metrics, logger: logger)
+                try await runUntilSignalled(server, maintenance, heartbeat, metrics, logger: logger)
             } else {
-                try await runUntilSignalled(server, maintenance, logger: logger)
+                try await runUntilSignalled(server, maintenance, heartbeat, logger: logger)
             }
         }
     }
