@@ -47,6 +47,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(
@@ -175,6 +176,20 @@ let package = Package(
                 "ILSCore",
                 "CSQLite",
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// The PostgreSQL store (postgres-nio) that several controller replicas share, `StoreOpener` (a `--store`
+        /// value to a store) and `StoreMigration` (`controller migrate`).
+        .target(
+            name: "ILSStorePostgres",
+            dependencies: [
+                "ILSCore",
+                "ILSStore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -348,6 +363,19 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        /// One contract suite run against every `ControllerStore` (SQLite and a PostgreSQL the tests start), and
+        /// `controller migrate`'s copy.
+        .testTarget(
+            name: "ILSStoreTests",
+            dependencies: [
+                "ILSCore",
+                "ILSStore",
+                "ILSStorePostgres",
+                "ILSTesting",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
