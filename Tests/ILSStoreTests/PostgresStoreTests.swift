@@ -1,0 +1,121 @@
+import Foundation
+import ILSCore
+import ILSStore
+import ILSStorePostgres
+import ILSTesting
+import Testing
+
+/// What only a shared store does: tell one controller what another wrote, and live through a server restart.
+@Suite("PostgreSQL store: change feed, restarts, outages, migration", .serialized)
+struct PostgresStoreTests {
+    /// Waits for the first change the feed yields that `matches`, reading at most `limit` changes.
+    private static func next(
+        _ iterator: inout AsyncStream<StoreChange>.Iterator,
+        matching matches: (StoreChange) -> Bool,
+        limit: Int = 50
+    ) async -> StoreChange? {
+        for _ in 0..<limit {
+            guard let change = await iterator.next() else { return nil }
+            if matches(change) { return change }
+        }
+        return nil
+    }
+
+    @Test("a revocation written through one controller's client reaches the other's feed, after the commit")
+    func feedAcrossClients() async throws {
+        let (store, other, cleanup) = try await StoreKind.postgres.make()
+        var feed = store.changes().makeAsyncIterator()
+        // The feed listens asynchronously: wait until it hears a write before counting on it.
+        try await other.heartbeat(ControllerMember(address: "https://warm:1", startedAt: 1, lastSeenAt: 1))
+        #expect(await Self.next(&feed) { $0 == .controllers } == .controllers)
+        let ipad = try await enrolled("ipad", in: other)
+        // Created, then enrolled: two notifications, in commit order.
+        #expect(await feed.next() == .identity(id: ipad.id))
+        #expect(await feed.next() == .identity(id: ipad.id))
+        _ = try await other.changeState(named: "ipad", to: .revoked, actor: "admin")
+        #expect(await feed.next() == .identity(id: ipad.id))
+        // Heard after the commit: a read now sees the revocation.
+        #expect(try await store.identity(id: ipad.id)?.state == .revoked)
+        // A refused write notifies nothing: the next change heard is the service created after it.
+        _ = await refusal { _ = try await other.changeState(named: "ipad", to: .active, actor: "admin") }
+        try await other.createService(ServiceRecord(name: "console", dialRoles: [.admin], bindRoles: [.gateway]))
+        #expect(await feed.next() == .services)
+        await cleanup()
+    }
+
+    @Test("a server restart: calls work again by themselves and the feed says to read everything again")
+    func restart() async throws {
+        let server = try TestPostgres.shared()
+        let (store, other, cleanup) = try await StoreKind.postgres.make()
+        var feed = store.changes().makeAsyncIterator()
+        try await other.heartbeat(ControllerMember(address: "https://warm:1", startedAt: 1, lastSeenAt: 1))
+        #expect(await Self.next(&feed) { $0 == .controllers } == .controllers)
+        try server.restart()
+        #expect(await Self.next(&feed) { $0 == .resynchronize } == .resynchronize)
+        var worked = false
+        for _ in 0..<50 where !worked {
+            worked = (try? await store.identities()) != nil
+            if !worked { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(worked)
+        let ipad = try await enrolled("ipad", in: other)
+        #expect(await Self.next(&feed) { $0 == .identity(id: ipad.id) } != nil)
+        await cleanup()
+    }
+
+    @Test("with the server down a call fails as unavailable, bounded, and never shows the password")
+    func outage() async throws {
+        let server = try TestPostgres.shared()
+        let (store, _, cleanup) = try await StoreKind.postgres.make()
+        try server.stop()
+        defer { try? server.start() }
+        let error = await refusal { _ = try await store.identities() }
+        #expect(error?.code == .unavailable)
+        let text = "\(error?.reason ?? "") \(error?.detail ?? "")"
+        #expect(!text.contains(TestPostgres.password), "\(text)")
+        #expect(text.contains("***") || !text.contains(TestPostgres.user + ":"))
+        try server.start()
+        await cleanup()
+    }
+
+    @Test("a URL with a password is never printed with it, and a wrong one is refused as unavailable")
+    func urls() async throws {
+        #expect(StoreLocation.redacted("postgres://ils:s3cret@db:5432/ils") == "postgres://ils:***@db:5432/ils")
+        #expect(try StoreLocation(parsing: "/var/lib/ils/store.sqlite") == .sqlite(path: "/var/lib/ils/store.sqlite"))
+        #expect(throws: ILSError.self) { try StoreLocation(parsing: "mysql://x@y/z") }
+        let server = try TestPostgres.shared()
+        let wrong = server.url(database: "postgres").replacingOccurrences(of: TestPostgres.password, with: "wrong-pw")
+        let error = await refusal { _ = try await PostgresControllerStore(url: wrong, logger: StoreKind.logger) }
+        #expect(error?.code == .unavailable)
+        let text = "\(error?.reason ?? "") \(error?.detail ?? "")"
+        #expect(!text.contains("wrong-pw"), "\(text)")
+    }
+
+    @Test("migrate copies a SQLite store to PostgreSQL with no identity, token or audit row lost")
+    func migrate() async throws {
+        let (source, _, cleanupSource) = try await StoreKind.sqlite.make()
+        let (target, _, cleanupTarget) = try await StoreKind.postgres.make()
+        try await source.createService(ServiceRecord(name: "claude-api", dialRoles: [.device], bindRoles: [.gateway]))
+        let ipad = try await enrolled("ipad", in: source)
+        try await source.replaceToken(token(for: ipad, jti: "outstanding"), actor: "admin")
+        try await enrolled("gw", in: source, role: .gateway)
+        try await enrolled("off", in: source)
+        _ = try await source.changeState(named: "off", to: .disabled, actor: "admin")
+        try await enrolled("lost", in: source)
+        _ = try await source.changeState(named: "lost", to: .revoked, actor: "admin")
+        let waiting = pendingIdentity("waiting")
+        try await source.createIdentity(waiting, token: token(for: waiting), actor: "admin")
+        for index in 0..<2500 { try await source.audit(actor: "t", action: "test.row", target: "\(index)", detail: "") }
+        let summary = try await StoreMigration.copy(from: source, to: target)
+        let sourceAudit = try await source.auditEntries(since: 0)
+        #expect(summary.identities == 5 && summary.auditRows == sourceAudit.count)
+        #expect(try await target.exportRecords() == source.exportRecords())
+        #expect(try await target.auditEntries(since: 0) == sourceAudit)
+        // Again into the now non-empty target: refused, nothing more written.
+        let refused = await refusal { _ = try await StoreMigration.copy(from: source, to: target) }
+        #expect(refused?.code == .conflict)
+        #expect(try await target.auditEntries(since: 0).count == sourceAudit.count)
+        await cleanupSource()
+        await cleanupTarget()
+    }
+}
