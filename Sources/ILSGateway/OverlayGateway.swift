@@ -265,6 +265,11 @@ public final class OverlayGateway: Service, Sendable {
     /// a controller sent.
     public var listedControllers: [ControllerAddress] { links.withLockedValue { $0.listed } }
 
+    /// The controller replicas this gateway has a connect loop for, linked or redialling (for tests).
+    public var diallingControllers: Set<ControllerAddress> {
+        links.withLockedValue { Set($0.running.map(\.controller)) }
+    }
+
     /// Starts a connect loop for every slot of every listed replica that has none.
     private func startMissingLinks() {
         let keys = links.withLockedValue { $0.missing() }
@@ -400,7 +405,10 @@ public final class OverlayGateway: Service, Sendable {
         }
         if forget {
             policy.forgetRevoked(from: key.controller.description)
-            logger.info("no longer linking to a controller that left the list", metadata: ["controller": "\(key.controller)"])
+            logger.info(
+                "no longer linking to a controller that left the list",
+                metadata: ["controller": "\(key.controller)"]
+            )
         }
     }
 
@@ -539,7 +547,9 @@ public final class OverlayGateway: Service, Sendable {
                 keepalive: KeepaliveHandler(keepalive) { [logger] in
                     logger.warning(
                         "the controller link went silent (no answer to a keepalive PING); closing it and redialling",
-                        metadata: ["controller": "\(key.controller)", "link": "\(slot)", "timeout": "\(keepalive.timeout)"]
+                        metadata: [
+                            "controller": "\(key.controller)", "link": "\(slot)", "timeout": "\(keepalive.timeout)",
+                        ]
                     )
                 },
                 streamDelegate: drain

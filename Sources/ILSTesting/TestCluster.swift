@@ -6,6 +6,7 @@ import ILSCrypto
 import ILSFabric
 public import ILSGateway
 public import ILSProxy
+import ILSStore
 public import ILSTunnel
 import Logging
 import NIOPosix
@@ -220,6 +221,16 @@ public final class TestCluster: @unchecked Sendable {
         for state in [state] + replicas.map(\.state) {
             await ControllerHeartbeat(state: state, logger: logger).beat()
         }
+    }
+
+    /// Stops replica `index` and ages its heartbeat out of the store's list at once, as 30 s without one would: the
+    /// other controllers drop it from the list they push.
+    public func retireReplica(_ index: Int) async throws {
+        let replica = replicas[index]
+        await replica.server.shutdown()
+        try await replica.state.store.heartbeat(
+            ControllerMember(address: replica.state.address.description, startedAt: 0, lastSeenAt: 0)
+        )
     }
 
     /// Brings every replica's in-memory directory up to what the shared store holds (identities made through the

@@ -22,7 +22,9 @@ struct IdentityFileReplicaTests {
         )
     }
 
-    @Test("a file written before replicas reads with no list and dials its one controller; one without a list is written without the key")
+    @Test(
+        "a file written before replicas reads with no list and dials its one controller; one without a list is written without the key"
+    )
     func fileWithoutList() throws {
         let encoded = try JSONEncoder().encode(Self.file())
         let object = try #require(try JSONSerialization.jsonObject(with: encoded) as? [String: Any])
@@ -32,7 +34,9 @@ struct IdentityFileReplicaTests {
         #expect(decoded.controllerAddresses.map(\.description) == ["https://a.example:8443"])
     }
 
-    @Test("the list round-trips, and the dial order is the controller, then the others once each, invalid ones left out")
+    @Test(
+        "the list round-trips, and the dial order is the controller, then the others once each, invalid ones left out"
+    )
     func listOrder() throws {
         let file = Self.file(controllers: [
             "https://a.example:8443", "https://b.example:8443", "not a url", "https://b.example:8443/",

@@ -54,6 +54,22 @@ struct ReplicaTests {
         }
     }
 
+    @Test("a gateway stops redialling a replica that left the controller list, and keeps its other links")
+    func gatewayForgetsRetiredReplica() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let b = try await cluster.startReplica()
+            let gateway = cluster.gateways[0]
+            #expect(await TestCluster.eventually { gateway.linkedControllers == [a, b] })
+
+            try await cluster.retireReplica(0)
+            #expect(await TestCluster.eventually { gateway.diallingControllers == [a] })
+            #expect(gateway.listedControllers == [a])
+            #expect(gateway.linkedControllers == [a])
+            #expect(try await Self.health(tunnel: cluster.tunnelPort) == 200)
+        }
+    }
+
     @Test("a device whose first controller is down dials through the next one")
     func deviceFailsOverWhenFirstIsDown() async throws {
         try await withCluster { cluster in
