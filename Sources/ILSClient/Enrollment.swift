@@ -180,7 +180,12 @@ public enum Enrollment {
             identity: response.identity,
             certificate: response.certificate,
             caCertificate: response.caCertificate,
-            privateKey: keyPair.privateKeyPEM
+            privateKey: keyPair.privateKeyPEM,
+            // The replicas are trusted no further than the CA the token pinned: each must present a certificate from
+            // it for its own address when dialled.
+            controllers: ControllerAddress.replicas([response.controller] + (response.controllers ?? [])).map(
+                \.description
+            )
         )
     }
 }

@@ -9,6 +9,10 @@ public import NIOPosix
 /// Dials services through the overlay for an app or the tunnel: one mTLS HTTP/2 connection to the controller
 /// (made on first use and again after it is lost), one stream per circuit, end-to-end encrypted to the gateway.
 ///
+/// With several controller replicas in the identity file (`IdentityFile.controllerAddresses`), a connection attempt
+/// that fails (refused, TLS, timeout) goes on to the next replica at once; the one that answered is used until its
+/// connection fails, and the next connection tries it first.
+///
 /// `dial` returns a channel that carries the app's plaintext bytes: write `ByteBuffer`s, read `ByteBuffer`s.
 public final class OverlayDialer: Sendable {
     /// Why a dial failed, for a person and for code.
@@ -22,7 +26,7 @@ public final class OverlayDialer: Sendable {
 
     public let eventLoop: any EventLoop
     /// The identity in use; `replaceIdentity` swaps it after a renewal (new connections and circuits use it).
-    private let current: NIOLockedValueBox<(connector: FabricConnector, credentials: E2EHandshake.Credentials)>
+    private let current: NIOLockedValueBox<Identity>
     private let connectionBox = NIOLockedValueBox<EventLoopFuture<Connection>?>(nil)
 
     /// How the controller connection notices a silent network drop (after a Wi-Fi to cellular switch, say): it is
@@ -57,12 +61,24 @@ public final class OverlayDialer: Sendable {
         self.current = NIOLockedValueBox(try Self.load(identity))
     }
 
-    private static func load(_ identity: IdentityFile) throws(ILSError) -> (
-        connector: FabricConnector, credentials: E2EHandshake.Credentials
-    ) {
-        (
-            try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN),
-            try E2EHandshake.Credentials(
+    /// The identity in use: a connector per controller replica, in the order they are tried, and which one to
+    /// try first (the last that answered).
+    private struct Identity {
+        var connectors: [FabricConnector]
+        var credentials: E2EHandshake.Credentials
+        var preferred = 0
+    }
+
+    private static func load(_ identity: IdentityFile) throws(ILSError) -> Identity {
+        var connectors: [FabricConnector] = []
+        for address in identity.controllerAddresses {
+            connectors.append(try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN, address: address))
+        }
+        // An unparseable `controller` leaves the list empty: let the connector say why, as before replicas.
+        if connectors.isEmpty { connectors = [try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN)] }
+        return Identity(
+            connectors: connectors,
+            credentials: try E2EHandshake.Credentials(
                 certificatePEM: identity.certificate,
                 privateKeyPEM: identity.privateKey,
                 caCertificatePEM: identity.caCertificate
@@ -73,9 +89,19 @@ public final class OverlayDialer: Sendable {
     /// Uses a renewed identity from now on: the next circuit opens a new controller connection with it. The old
     /// connection is left to finish the circuits it carries (the controller stops accepting new ones on it).
     public func replaceIdentity(_ identity: IdentityFile) throws(ILSError) {
-        let loaded = try Self.load(identity)
-        current.withLockedValue { $0 = loaded }
+        var loaded = try Self.load(identity)
+        current.withLockedValue { current in
+            // The replica that answered last stays first, if the new file still lists it.
+            let address = current.connectors[current.preferred].address
+            loaded.preferred = loaded.connectors.firstIndex { $0.address == address } ?? 0
+            current = loaded
+        }
         connectionBox.withLockedValue { $0 = nil }
+    }
+
+    /// The controller replica the next connection tries first (for tests).
+    public var preferredController: ControllerAddress {
+        current.withLockedValue { $0.connectors[$0.preferred].address }
     }
 
     /// A controller connection: its channel (for keepalive probes) and its stream multiplexer.
@@ -89,28 +115,68 @@ public final class OverlayDialer: Sendable {
         connectionBox.withLockedValue { existing in
             if let existing { return (existing, false) }
             let promise = eventLoop.makePromise(of: Connection.self)
-            let box = self.connectionBox
-            let connector = current.withLockedValue { $0.connector }
-            let keepalive = self.keepalive
-            connector.connect(on: eventLoop) { channel in
-                let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
-                    mode: .client,
-                    keepalive: KeepaliveHandler(keepalive)
-                )
-                try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
-                promise.succeed(Connection(channel: channel, multiplexer: multiplexer))
-                let mine = promise.futureResult
-                channel.closeFuture.whenComplete { _ in
-                    // Forget this connection only if it is still the current one (not after a renewal swapped it).
-                    box.withLockedValue { if $0 === mine { $0 = nil } }
-                }
-            }.whenFailure { error in
-                box.withLockedValue { $0 = nil }
-                promise.fail(error)
-            }
+            let (connectors, first) = current.withLockedValue { ($0.connectors, $0.preferred) }
             existing = promise.futureResult
+            connect(connectors: connectors, index: first, tries: connectors.count, errors: [], promise: promise)
             return (promise.futureResult, true)
         }
+    }
+
+    /// Connects through `connectors[index]`, and on failure through the next ones in turn (wrapping), `tries` in
+    /// all; the first that connects becomes the preferred one. Fails with every replica's error when none does.
+    private func connect(
+        connectors: [FabricConnector],
+        index: Int,
+        tries: Int,
+        errors: [String],
+        promise: EventLoopPromise<Connection>
+    ) {
+        let box = self.connectionBox
+        let keepalive = self.keepalive
+        let connector = connectors[index]
+        let mine = promise.futureResult
+        connector.connect(on: eventLoop) { channel in
+            let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
+                mode: .client,
+                keepalive: KeepaliveHandler(keepalive)
+            )
+            try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
+            promise.succeed(Connection(channel: channel, multiplexer: multiplexer))
+            channel.closeFuture.whenComplete { _ in
+                // Forget this connection only if it is still the current one (not after a renewal swapped it).
+                box.withLockedValue { if $0 === mine { $0 = nil } }
+            }
+        }.whenComplete { result in
+            switch result {
+            case .success:
+                self.current.withLockedValue { current in
+                    if let found = current.connectors.firstIndex(where: { $0.address == connector.address }) {
+                        current.preferred = found
+                    }
+                }
+            case .failure(let error):
+                let reason = "\(connector.address): \((error as? ILSError)?.reason ?? "\(error)")"
+                guard tries > 1 else {
+                    box.withLockedValue { if $0 === mine { $0 = nil } }
+                    promise.fail(DialError.controllerUnreachable(Self.unreachable(errors + [reason])))
+                    return
+                }
+                self.connect(
+                    connectors: connectors,
+                    index: (index + 1) % connectors.count,
+                    tries: tries - 1,
+                    errors: errors + [reason],
+                    promise: promise
+                )
+            }
+        }
+    }
+
+    /// The sentence for a dial that reached no controller, naming each one tried and why it failed.
+    private static func unreachable(_ reasons: [String]) -> String {
+        reasons.count == 1
+            ? "cannot reach the controller at \(reasons[0])"
+            : "cannot reach any controller (\(reasons.joined(separator: "; ")))"
     }
 
     /// Opens an end-to-end encrypted circuit to `service`.
@@ -135,14 +201,8 @@ public final class OverlayDialer: Sendable {
     }
 
     private func dial(service: String, on connection: EventLoopFuture<Connection>) -> EventLoopFuture<any Channel> {
-        let (credentials, address) = current.withLockedValue { ($0.credentials, $0.connector.address) }
-        return connection.flatMapError { error in
-            self.eventLoop.makeFailedFuture(
-                DialError.controllerUnreachable(
-                    "cannot reach the controller at \(address): \((error as? ILSError)?.reason ?? "\(error)")"
-                )
-            )
-        }.flatMap { connection in
+        let credentials = current.withLockedValue { $0.credentials }
+        return connection.flatMap { connection in
             connection.channel.triggerUserOutboundEvent(FabricKeepalive.Probe(), promise: nil)
             let opened = self.eventLoop.makePromise(of: Void.self)
             let stream = connection.multiplexer.createStreamChannel { stream in

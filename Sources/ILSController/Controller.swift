@@ -58,7 +58,8 @@ public struct Controller: Sendable {
             identity: record,
             certificate: issued.pem,
             caCertificate: state.authority.certificatePEM,
-            controller: state.address.description
+            controller: state.address.description,
+            controllers: await controllerAddresses()
         )
     }
 
@@ -94,7 +95,8 @@ public struct Controller: Sendable {
             identity: record,
             certificate: issued.pem,
             caCertificate: state.authority.certificatePEM,
-            controller: state.address.description
+            controller: state.address.description,
+            controllers: await controllerAddresses()
         )
     }
 
@@ -320,6 +322,14 @@ public struct Controller: Sendable {
             listed.append(.init(address: state.address.description, startedAt: now, lastSeenAt: now))
         }
         return listed.sorted { $0.address < $1.address }
+    }
+
+    /// Every listed controller's address, this one's first, as enrollment, renewal and gateway links hand it out.
+    /// Only this one's when the store cannot be read: the answer must not fail for want of the list.
+    public func controllerAddresses() async -> [String] {
+        let own = state.address.description
+        let others = ((try? await controllers()) ?? []).map(\.address).filter { $0 != own }
+        return [own] + others
     }
 
     /// `POST /v1/admin/cluster/join`: the cluster's secrets for a new replica at `request.address`, sealed to its

@@ -56,6 +56,11 @@ public final class ControllerServer: Service, Sendable {
     private let limiter: ConnectionLimiter
     private let follower: StoreFollower
     private let following = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let rosterTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// How often the controller list is read from the store and pushed to gateways when it changed.
+    private let rosterInterval: Duration
+    private let controller: Controller
+    private let live: LiveConnections
 
     public init(
         state: ControllerState,
@@ -66,8 +71,10 @@ public final class ControllerServer: Service, Sendable {
         circuitOpenTimeout: TimeAmount = ControllerServer.defaultCircuitOpenTimeout,
         keepalive: FabricKeepalive = .standard,
         requestTimeouts: APIRequestDeadlines.Timeouts = ControllerServer.defaultRequestTimeouts,
-        connectionLimits: ConnectionLimiter.Limits = ControllerServer.defaultConnectionLimits
+        connectionLimits: ConnectionLimiter.Limits = ControllerServer.defaultConnectionLimits,
+        rosterInterval: Duration = ControllerHeartbeat.interval
     ) throws(ILSError) {
+        self.rosterInterval = rosterInterval
         self.listen = listen
         self.requestTimeouts = requestTimeouts
         self.limiter = ConnectionLimiter(limits: connectionLimits)
@@ -76,6 +83,8 @@ public final class ControllerServer: Service, Sendable {
         self.logger = logger
         let controller = Controller(state: state)
         let live = LiveConnections()
+        self.controller = controller
+        self.live = live
         let relay = Relay(controller: controller, gatewayTimeout: circuitOpenTimeout, logger: logger)
         self.relay = relay
         self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
@@ -186,6 +195,17 @@ public final class ControllerServer: Service, Sendable {
         channel.withLockedValue { $0 = server }
         let follower = self.follower
         following.withLockedValue { $0 = Task { await follower.follow() } }
+        let (controller, live, interval) = (self.controller, self.live, rosterInterval)
+        rosterTask.withLockedValue {
+            $0 = Task {
+                // The store's change feed says when a replica joins; SQLite's has no such events, and a replica that
+                // stops beating only ages out of the list, so it is read again every interval as well.
+                while !Task.isCancelled {
+                    await controller.state.roster.refresh(controller: controller, live: live)
+                    try? await Task.sleep(for: interval)
+                }
+            }
+        }
         guard let address = server.localAddress else { throw ILSError(.internalError, "no local address") }
         return address
     }
@@ -267,6 +287,7 @@ public final class ControllerServer: Service, Sendable {
         try? await server?.close()
         connections.closeAll()
         following.withLockedValue { $0 }?.cancel()
+        rosterTask.withLockedValue { $0 }?.cancel()
     }
 
     public func run() async throws {

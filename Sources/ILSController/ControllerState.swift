@@ -38,6 +38,8 @@ public struct ControllerState: Sendable {
     public let refusals = RefusalAudit()
     /// Blocks in force that the store could not save yet (shared by every copy of this state).
     public let unsavedBlocks = UnsavedBlocks()
+    /// The controller list gateways were last told (shared by every copy of this state).
+    public let roster: ControllerRoster
 
     /// A state whose parts are already in memory. `initialize` and `load` build it from the state directory; the
     /// fuzz targets build it from fixed keys and an in-memory store.
@@ -58,6 +60,24 @@ public struct ControllerState: Sendable {
         self.tokenKey = tokenKey
         self.store = store
         self.auditQueue = AuditQueue(store: store)
+        self.roster = ControllerRoster(own: address)
+    }
+
+    /// A second controller replica of this one in the same process, sharing its store object, CA and token key, at
+    /// `address` with its own TLS certificate, and a directory of its own in memory (for tests: replicas in
+    /// production each load their own state directory, made by `controller join`).
+    package func replica(address: ControllerAddress, serverCertificatePEM: String, serverKeyPEM: String)
+        -> ControllerState
+    {
+        ControllerState(
+            directory: directory,
+            address: address,
+            authority: authority,
+            serverCertificatePEM: serverCertificatePEM,
+            serverKeyPEM: serverKeyPEM,
+            tokenKey: tokenKey,
+            store: store
+        )
     }
 
     /// The default service every fresh controller has: devices dial it, gateways host it.

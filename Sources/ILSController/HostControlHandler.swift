@@ -97,7 +97,8 @@ final class HostControlHandler: ChannelInboundHandler {
                     dialRoles: policy.dialRoles,
                     blocked: controller.blockedIdentityIDs(),
                     relayLoop: policyOnly ? nil : link.loop,
-                    relayLoops: policyOnly ? nil : link.loops
+                    relayLoops: policyOnly ? nil : link.loops,
+                    controllers: controller.state.roster.current
                 )
             } else {
                 let reason =

@@ -25,7 +25,8 @@ struct StoreFollower: Sendable {
                 case .services:
                     try await state.identities.refreshServices(from: state.store)
                 case .controllers:
-                    break
+                    // A replica joined or left: linked gateways hear it now rather than at the next heartbeat.
+                    await state.roster.refresh(controller: controller, live: live)
                 case .resynchronize:
                     let blockedBefore = state.identities.blockedIDs
                     try await state.identities.reload(from: state.store)

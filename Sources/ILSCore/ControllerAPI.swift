@@ -57,12 +57,22 @@ public enum ControllerAPI {
         /// The CA chain to trust, PEM.
         public var caCertificate: String
         public var controller: String
+        /// Every controller replica's address, the answering one first, for the identity file: a device fails over
+        /// to the next when one is down, a gateway links to all of them. Absent from controllers of earlier releases.
+        public var controllers: [String]?
 
-        public init(identity: IdentityRecord, certificate: String, caCertificate: String, controller: String) {
+        public init(
+            identity: IdentityRecord,
+            certificate: String,
+            caCertificate: String,
+            controller: String,
+            controllers: [String]? = nil
+        ) {
             self.identity = identity
             self.certificate = certificate
             self.caCertificate = caCertificate
             self.controller = controller
+            self.controllers = controllers
         }
     }
 
@@ -244,13 +254,17 @@ public struct IdentityFile: Codable, Sendable {
     public var caCertificate: String
     /// The Ed25519 private key, PKCS#8 PEM.
     public var privateKey: String
+    /// Every controller replica the controller named at enrollment or renewal, `controller` first; empty in files
+    /// written before replicas (and then not written, so such a file reads the same in an earlier release).
+    public var controllers: [String]
 
     public init(
         controller: String,
         identity: IdentityRecord,
         certificate: String,
         caCertificate: String,
-        privateKey: String
+        privateKey: String,
+        controllers: [String] = []
     ) {
         self.version = 1
         self.controller = controller
@@ -258,10 +272,28 @@ public struct IdentityFile: Codable, Sendable {
         self.certificate = certificate
         self.caCertificate = caCertificate
         self.privateKey = privateKey
+        self.controllers = controllers
+    }
+
+    /// The controllers to try, in order: `controller`, then the others of `controllers`, each once, invalid
+    /// addresses left out, at most `ControllerAddress.maximumReplicas` (the list came from the network).
+    public var controllerAddresses: [ControllerAddress] {
+        ControllerAddress.replicas([controller] + controllers)
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, controller, identity, certificate, caCertificate, privateKey
+        case version, controller, identity, certificate, caCertificate, privateKey, controllers
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(version, forKey: .version)
+        try container.encode(controller, forKey: .controller)
+        try container.encode(identity, forKey: .identity)
+        try container.encode(certificate, forKey: .certificate)
+        try container.encode(caCertificate, forKey: .caCertificate)
+        try container.encode(privateKey, forKey: .privateKey)
+        if !controllers.isEmpty { try container.encode(controllers, forKey: .controllers) }
     }
 
     /// Reads a file another conforming client may have written: keys in any order, unknown keys ignored (JSON
@@ -275,5 +307,6 @@ public struct IdentityFile: Codable, Sendable {
         certificate = PEMText.canonical(try container.decode(String.self, forKey: .certificate))
         caCertificate = PEMText.canonical(try container.decode(String.self, forKey: .caCertificate))
         privateKey = PEMText.canonical(try container.decode(String.self, forKey: .privateKey))
+        controllers = try container.decodeIfPresent([String].self, forKey: .controllers) ?? []
     }
 }

@@ -24,3 +24,21 @@ public struct ControllerAddress: Sendable, Hashable, CustomStringConvertible {
         host.contains(":") ? "https://[\(host)]:\(port)" : "https://\(host):\(port)"
     }
 }
+
+extension ControllerAddress {
+    /// The most controller replicas a list keeps: a controller's list comes over the network, and a device or
+    /// gateway dials each entry, so a hostile or broken one must not make it dial without bound.
+    public static let maximumReplicas = 16
+
+    /// `addresses` parsed, in order, each once (by its canonical form), unparseable entries left out, at most
+    /// `maximumReplicas`.
+    public static func replicas(_ addresses: [String]) -> [ControllerAddress] {
+        var seen: Set<ControllerAddress> = []
+        var list: [ControllerAddress] = []
+        for text in addresses where list.count < maximumReplicas {
+            guard let address = try? ControllerAddress(parsing: text), seen.insert(address).inserted else { continue }
+            list.append(address)
+        }
+        return list
+    }
+}

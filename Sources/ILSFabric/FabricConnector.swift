@@ -14,9 +14,15 @@ public struct FabricConnector: Sendable {
     public let address: ControllerAddress
     private let sslContext: NIOSSLContext
 
-    public init(identity: IdentityFile, alpn: String) throws(ILSError) {
+    /// - Parameter address: the controller replica to dial; the identity file's `controller` when nil. Any replica
+    ///   is trusted the same way: through the identity file's CA, for the host in its own address.
+    public init(identity: IdentityFile, alpn: String, address: ControllerAddress? = nil) throws(ILSError) {
         try IdentityValidity.check(identity)
-        address = try ControllerAddress(parsing: identity.controller)
+        if let address {
+            self.address = address
+        } else {
+            self.address = try ControllerAddress(parsing: identity.controller)
+        }
         do {
             var configuration = TLSConfiguration.makeClientConfiguration()
             configuration.minimumTLSVersion = .tlsv12

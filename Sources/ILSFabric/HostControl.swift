@@ -23,6 +23,9 @@ public struct HostControlMessage: Codable, Sendable {
     public var relayLoop: Int?
     /// How many event loops the controller's relay runs, in the first message only.
     public var relayLoops: Int?
+    /// Every controller replica sharing the store, the sending one first: in the binding answer, and again whenever
+    /// the list changes. The gateway links to each (and stops redialling one that left the list).
+    public var controllers: [String]?
 
     public init(
         dialRoles: [IdentityRole]? = nil,
@@ -30,7 +33,8 @@ public struct HostControlMessage: Codable, Sendable {
         error: String? = nil,
         errorCode: String? = nil,
         relayLoop: Int? = nil,
-        relayLoops: Int? = nil
+        relayLoops: Int? = nil,
+        controllers: [String]? = nil
     ) {
         self.dialRoles = dialRoles
         self.blocked = blocked
@@ -38,6 +42,7 @@ public struct HostControlMessage: Codable, Sendable {
         self.errorCode = errorCode
         self.relayLoop = relayLoop
         self.relayLoops = relayLoops
+        self.controllers = controllers
     }
 }
 

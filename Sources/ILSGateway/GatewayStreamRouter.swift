@@ -14,7 +14,7 @@ import NIOHTTP2
 /// What the gateway currently knows from the controller: who may dial the service it hosts, and who is revoked.
 public final class GatewayPolicy: Sendable {
     private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
-    private let revoked = NIOLockedValueBox<Set<String>>([])
+    private let revoked = NIOLockedValueBox(Blocks())
     /// Live circuits by the verified identity id at their far end.
     private let circuits = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
 
@@ -22,14 +22,41 @@ public final class GatewayPolicy: Sendable {
 
     public func update(_ roles: [IdentityRole]) { dialRoles.withLockedValue { $0 = roles } }
 
-    /// Replaces the list of blocked (revoked or disabled) identities, and closes their live circuits at once.
-    public func updateRevoked(_ ids: [String]) {
-        let blocked = Set(ids)
-        revoked.withLockedValue { $0 = blocked }
+    /// The block lists, one per controller replica that sent one, and their union, which is what is enforced.
+    ///
+    /// Per replica, not the last list received: replicas share a store, but a block the store could not save is in
+    /// force only on the controller that made it (`UnsavedBlocks`), so another replica's list, sent later, would
+    /// otherwise lift it here. A block from any controller blocks.
+    private struct Blocks {
+        var byController: [String: Set<String>] = [:]
+        var union: Set<String> = []
+
+        mutating func set(_ ids: Set<String>?, from controller: String) {
+            byController[controller] = ids
+            union = byController.values.reduce(into: []) { $0.formUnion($1) }
+        }
+
+        func contains(_ id: String) -> Bool { union.contains(id) }
+    }
+
+    /// Replaces the list of blocked (revoked or disabled) identities that `controller` sent, and closes the live
+    /// circuits of every identity now blocked at once. `controller` names the replica (HTTP mode's single policy
+    /// link leaves it empty).
+    public func updateRevoked(_ ids: [String], from controller: String = "") {
+        let blocked = revoked.withLockedValue { revoked -> Set<String> in
+            revoked.set(Set(ids), from: controller)
+            return revoked.union
+        }
         let doomed = circuits.withLockedValue { circuits in
             blocked.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
         }
         for channel in doomed { CircuitCloseHandler.abort(channel) }
+    }
+
+    /// Forgets `controller`'s block list: the replica left the controller list and the gateway no longer links to
+    /// it (what it blocked is in the store, and so in the other replicas' lists, unless it died unsaved with it).
+    func forgetRevoked(from controller: String) {
+        revoked.withLockedValue { $0.set(nil, from: controller) }
     }
 
     /// Remembers an established circuit so a revocation can end it.
@@ -127,6 +154,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
     typealias OutboundOut = HTTP2Frame.FramePayload
 
     struct Context: Sendable {
+        /// The controller replica this connection links to, whose block list its pushes replace.
+        var controller = ""
         let service: String
         let credentials: E2EHandshake.Credentials
         let policy: GatewayPolicy
@@ -139,6 +168,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         /// controller that does not say), when the controller accepts the binding.
         var onBound: @Sendable (_ connection: any Channel, _ relayLoop: Int?, _ relayLoops: Int?) -> Void = { _, _, _ in
         }
+        /// Called with the controller list the controller sent (in its binding answer and when the list changes).
+        var onControllers: @Sendable (_ controllers: [String]) -> Void = { _ in }
         /// How long a device may take to complete the end-to-end handshake.
         var handshakeTimeout = E2EResponderHandler.handshakeTimeout
         /// The connection's binding: circuits wait for it (nil: they do not wait).
@@ -289,7 +320,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
 
     private func apply(_ message: HostControlMessage, connection: (any Channel)?) {
         if let blocked = message.blocked {
-            settings.policy.updateRevoked(blocked)
+            settings.policy.updateRevoked(blocked, from: settings.controller)
+        }
+        if let controllers = message.controllers {
+            settings.onControllers(controllers)
         }
         if let roles = message.dialRoles {
             settings.policy.update(roles)

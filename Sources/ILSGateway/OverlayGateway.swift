@@ -14,15 +14,21 @@ public import ServiceLifecycle
 /// (mTLS, `ils-host/1`), hosts one service, and serves each circuit the controller opens to it — end-to-end
 /// handshake, its own access decision, then the same proxy core as HTTP mode. After a lost connection it reconnects
 /// forever with jittered backoff capped at a few seconds.
+///
+/// With controller replicas it links to every one it knows of: those in the identity file and those in the latest
+/// list a controller sent (`HostControlMessage.controllers`), since a device's circuit reaches the gateway through
+/// whichever replica the device reached. A replica that appears in a list is linked at once; one that leaves every
+/// list is no longer redialled (its live links finish); one merely down is redialled while it is listed.
 public final class OverlayGateway: Service, Sendable {
-    /// The identity in use: replaced when the certificate is renewed (new connections and circuits use it).
-    private let identity:
-        NIOLockedValueBox<
-            (
-                file: IdentityFile, connector: FabricConnector,
-                credentials: E2EHandshake.Credentials
-            )
-        >
+    /// The identity in use: replaced when the certificate is renewed (new connections and circuits use it), with a
+    /// connector per controller replica, made when first dialled.
+    private let identity: NIOLockedValueBox<LoadedIdentity>
+
+    private struct LoadedIdentity {
+        var file: IdentityFile
+        var credentials: E2EHandshake.Credentials
+        var connectors: [ControllerAddress: FabricConnector]
+    }
     /// Renews the certificate when due and notices one renewed in the identity file by someone else; `nil` without
     /// an identity file path (renewal is then left to `ils-gateway renew` and a restart).
     private let keeper: IdentityKeeper?
@@ -33,34 +39,75 @@ public final class OverlayGateway: Service, Sendable {
     private let logger: Logger
     private let policy = GatewayPolicy()
     private let eventLoop: any EventLoop
-    private let links = NIOLockedValueBox(Links())
-    /// How many links the controller's relay can use, as learnt from it; `run` starts a connect loop for each.
-    private let linkCount = AsyncStream.makeStream(of: Int.self)
+    private let links: NIOLockedValueBox<Links>
+    /// Connect loops to start (a new replica, or more relay loops learnt from one); `run` starts one for each.
+    private let starts = AsyncStream.makeStream(of: LinkKey.self)
 
-    /// The gateway's connections to the controller ("links"). The controller's relay runs several event loops and
+    /// One link: to which controller replica, and which of its relay loops' slots.
+    struct LinkKey: Hashable, Sendable {
+        let controller: ControllerAddress
+        let slot: Int
+    }
+
+    /// The gateway's connections to the controllers ("links"). A controller's relay runs several event loops and
     /// splices each circuit onto a gateway connection on the device connection's own loop when there is one, so
-    /// the gateway keeps one link per relay loop (it is told, on each link, which loop it landed on). Every link
-    /// carries the control stream and circuits alike; the gateway is hosting while any of them is up.
+    /// the gateway keeps one link per relay loop of each replica (it is told, on each link, which loop it landed
+    /// on). Every link carries the control stream and circuits alike; the gateway is hosting while any of them is up.
     private struct Links {
-        /// Live links, by slot.
-        var channels: [Int: any Channel] = [:]
-        /// The relay loop of each bound link, by slot.
-        var relayLoops: [Int: (loop: Int, connection: ObjectIdentifier)] = [:]
-        /// Consecutive times a slot landed on a loop another link already had.
-        var duplicates: [Int: Int] = [:]
+        /// Live links.
+        var channels: [LinkKey: any Channel] = [:]
+        /// The relay loop of each bound link.
+        var relayLoops: [LinkKey: (loop: Int, connection: ObjectIdentifier)] = [:]
+        /// Consecutive times a slot landed on a loop another link to its controller already had.
+        var duplicates: [LinkKey: Int] = [:]
         /// Slots whose link was closed for landing on a taken loop: they dial again, at once (`true`) or after the
         /// usual backoff.
-        var redial: [Int: Bool] = [:]
-        var slots = 1
+        var redial: [LinkKey: Bool] = [:]
+        /// How many slots each replica's relay can use (one until it says).
+        var slots: [ControllerAddress: Int] = [:]
         var stopped = false
         /// How each slot's current link ended its binding: accepted, or refused with the controller's reason.
-        var outcomes: [Int: LinkOutcome] = [:]
+        var outcomes: [LinkKey: LinkOutcome] = [:]
         /// Completed to make a slot link again at once (after a renewal) while its old link drains.
-        var rotations: [Int: EventLoopPromise<Void>] = [:]
+        var rotations: [LinkKey: EventLoopPromise<Void>] = [:]
         /// Links replaced after a renewal, finishing their circuits.
         var draining: [ObjectIdentifier: any Channel] = [:]
         /// The last refusal logged, so a refused gateway says why once, not at every retry.
         var lastRefusal: String?
+        /// The replicas the identity file names, its `controller` first.
+        var fileControllers: [ControllerAddress]
+        /// The latest list a controller sent.
+        var pushedControllers: [ControllerAddress] = []
+        /// Slots with a connect loop running.
+        var running: Set<LinkKey> = []
+
+        /// Every replica to link to: the file's, then the pushed ones.
+        var listed: [ControllerAddress] {
+            var seen = Set(fileControllers)
+            return fileControllers + pushedControllers.filter { seen.insert($0).inserted }
+        }
+
+        /// The slots that should have a connect loop and have none; marked running.
+        mutating func missing() -> [LinkKey] {
+            guard !stopped else { return [] }
+            var keys: [LinkKey] = []
+            for controller in listed {
+                for slot in 0..<slots[controller, default: 1] {
+                    let key = LinkKey(controller: controller, slot: slot)
+                    if running.insert(key).inserted { keys.append(key) }
+                }
+            }
+            return keys
+        }
+
+        /// Whether `key`'s connect loop goes on dialling: not once the gateway stops or its replica left every list.
+        /// Its loop is then no longer running, decided in the same lock as `missing`, so a replica listed again at
+        /// that moment gets a new loop.
+        mutating func keepsDialling(_ key: LinkKey) -> Bool {
+            guard stopped || !listed.contains(key.controller) else { return true }
+            running.remove(key)
+            return false
+        }
     }
 
     enum LinkOutcome {
@@ -93,7 +140,9 @@ public final class OverlayGateway: Service, Sendable {
                 "identity '\(identity.identity.name)' has role \(identity.identity.role.rawValue); serving needs a gateway identity"
             )
         }
-        self.identity = NIOLockedValueBox(try Self.load(identity))
+        let loaded = try Self.load(identity)
+        self.identity = NIOLockedValueBox(loaded)
+        self.links = NIOLockedValueBox(Links(fileControllers: identity.controllerAddresses))
         self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
         self.service = service
         self.handshakeTimeout = handshakeTimeout
@@ -107,18 +156,32 @@ public final class OverlayGateway: Service, Sendable {
         self.logger = logger
     }
 
-    private static func load(_ file: IdentityFile) throws(ILSError) -> (
-        file: IdentityFile, connector: FabricConnector, credentials: E2EHandshake.Credentials
-    ) {
-        (
-            file,
-            try FabricConnector(identity: file, alpn: FabricProtocol.hostALPN),
-            try E2EHandshake.Credentials(
+    private static func load(_ file: IdentityFile) throws(ILSError) -> LoadedIdentity {
+        // The file's own controller is checked now, so an unusable identity fails at start as before replicas.
+        let connector = try FabricConnector(identity: file, alpn: FabricProtocol.hostALPN)
+        return LoadedIdentity(
+            file: file,
+            credentials: try E2EHandshake.Credentials(
                 certificatePEM: file.certificate,
                 privateKeyPEM: file.privateKey,
                 caCertificatePEM: file.caCertificate
-            )
+            ),
+            connectors: [connector.address: connector]
         )
+    }
+
+    /// The connector for `controller` with the identity in use, made on first use.
+    private func connector(for controller: ControllerAddress) throws(ILSError) -> (
+        FabricConnector, E2EHandshake.Credentials
+    ) {
+        let loaded = identity.withLockedValue { $0 }
+        if let connector = loaded.connectors[controller] { return (connector, loaded.credentials) }
+        let connector = try FabricConnector(identity: loaded.file, alpn: FabricProtocol.hostALPN, address: controller)
+        identity.withLockedValue { current in
+            // Not if a renewal replaced the identity meanwhile: that one makes its own.
+            if current.file.certificate == loaded.file.certificate { current.connectors[controller] = connector }
+        }
+        return (connector, loaded.credentials)
     }
 
     /// Moves to a renewed certificate at once without cutting a stream: every link is dialled again with it, and
@@ -147,7 +210,9 @@ public final class OverlayGateway: Service, Sendable {
             logger.warning("the new certificate cannot be used", metadata: ["error": "\(error.reason)"])
             return false
         }
+        links.withLockedValue { $0.fileControllers = file.controllerAddresses }
         rotateLinks()
+        startMissingLinks()
         return true
     }
 
@@ -157,14 +222,9 @@ public final class OverlayGateway: Service, Sendable {
                 if let keeper = self.keeper {
                     group.addTask { await keeper.run { self.adopt($0) } }
                 }
-                group.addTask { await self.connectLoop(slot: 0) }
-                var started = 1
-                for await wanted in self.linkCount.stream {
-                    while started < wanted {
-                        let slot = started
-                        group.addTask { await self.connectLoop(slot: slot) }
-                        started += 1
-                    }
+                self.startMissingLinks()
+                for await key in self.starts.stream {
+                    group.addTask { await self.connectLoop(key) }
                 }
                 group.cancelAll()
             }
@@ -179,7 +239,7 @@ public final class OverlayGateway: Service, Sendable {
             links.stopped = true
             return Array(links.channels.values)
         }
-        linkCount.continuation.finish()
+        starts.continuation.finish()
         for channel in channels { channel.close(promise: nil) }
     }
 
@@ -189,29 +249,67 @@ public final class OverlayGateway: Service, Sendable {
     /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
     public var isHosting: Bool { links.withLockedValue { !$0.channels.isEmpty } && policy.isKnown }
 
-    /// How many of the controller's relay loops this gateway has a bound link on (for tests).
-    public var relayLoopsCovered: Int { links.withLockedValue { Set($0.relayLoops.values.map(\.loop)).count } }
+    /// How many of the identity file's controller's relay loops this gateway has a bound link on (for tests).
+    public var relayLoopsCovered: Int {
+        links.withLockedValue { links in
+            Set(links.relayLoops.filter { $0.key.controller == links.fileControllers.first }.values.map(\.loop)).count
+        }
+    }
+
+    /// The controller replicas this gateway has a bound link to (for tests and readiness).
+    public var linkedControllers: Set<ControllerAddress> {
+        links.withLockedValue { Set($0.relayLoops.keys.map(\.controller)) }
+    }
+
+    /// The controller replicas this gateway links to, or keeps dialling: its identity file's and the latest list
+    /// a controller sent.
+    public var listedControllers: [ControllerAddress] { links.withLockedValue { $0.listed } }
+
+    /// The controller replicas this gateway has a connect loop for, linked or redialling (for tests).
+    public var diallingControllers: Set<ControllerAddress> {
+        links.withLockedValue { Set($0.running.map(\.controller)) }
+    }
+
+    /// Starts a connect loop for every slot of every listed replica that has none.
+    private func startMissingLinks() {
+        let keys = links.withLockedValue { $0.missing() }
+        for key in keys { starts.continuation.yield(key) }
+    }
+
+    /// A controller sent its list of replicas: link to the new ones now; those no longer listed are not redialled.
+    private func controllersChanged(_ list: [String]) {
+        let pushed = ControllerAddress.replicas(list)
+        let changed = links.withLockedValue { links -> Bool in
+            guard links.pushedControllers != pushed else { return false }
+            links.pushedControllers = pushed
+            return true
+        }
+        guard changed else { return }
+        logger.info("controller list", metadata: ["controllers": "\(pushed.map(\.description))"])
+        startMissingLinks()
+    }
 
     private var stopped: Bool { links.withLockedValue { $0.stopped } }
 
-    /// Keeps link `slot` up: dials, waits for it to close, dials again with jittered backoff. Slot 0 reports to the
-    /// log at info; the others, which come and go with it, at debug.
+    /// Keeps link `key` up while its replica is listed: dials, waits for it to close, dials again with jittered
+    /// backoff. Slot 0 of each replica reports to the log at info; the others, which come and go with it, at debug.
     /// Waits between tries as `LinkBackoff` says.
-    private func connectLoop(slot: Int) async {
+    private func connectLoop(_ key: LinkKey) async {
+        let slot = key.slot
         var backoff = LinkBackoff()
         // Links that landed on a relay loop another link has: not reset by each connection, unlike `backoff`, and
         // slower, since the controller is up and the link is only redundant.
         var duplicateBackoff = Backoff(maximum: .seconds(3))
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
-        while !stopped {
+        while links.withLockedValue({ $0.keepsDialling(key) }), !stopped {
             do {
-                let channel = try await connect(slot: slot).get()
+                let channel = try await connect(key).get()
                 let rotation = channel.eventLoop.makePromise(of: Void.self)
                 let stopped = links.withLockedValue { links -> Bool in
-                    links.channels[slot] = channel
-                    links.outcomes[slot] = nil
-                    links.rotations[slot] = rotation
+                    links.channels[key] = channel
+                    links.outcomes[key] = nil
+                    links.rotations[key] = rotation
                     return links.stopped
                 }
                 if stopped { channel.close(promise: nil) }
@@ -220,7 +318,7 @@ public final class OverlayGateway: Service, Sendable {
                     level: level,
                     "connected to controller",
                     metadata: [
-                        "controller": "\(identity.withLockedValue { $0.connector.address })",
+                        "controller": "\(key.controller)",
                         "service": "\(service)",
                         "link": "\(slot)",
                     ]
@@ -231,14 +329,14 @@ public final class OverlayGateway: Service, Sendable {
                 try? await rotation.futureResult.get()
                 let (rotated, outcome, lastLink, redial) = links.withLockedValue {
                     links -> (Bool, LinkOutcome?, Bool, Bool?) in
-                    let rotated = links.channels[slot].map { $0 !== channel } ?? true
+                    let rotated = links.channels[key].map { $0 !== channel } ?? true
                     if !rotated {
-                        links.channels[slot] = nil
-                        links.rotations[slot] = nil
+                        links.channels[key] = nil
+                        links.rotations[key] = nil
                     }
                     return (
-                        rotated, links.outcomes.removeValue(forKey: slot), links.channels.isEmpty,
-                        links.redial.removeValue(forKey: slot)
+                        rotated, links.outcomes.removeValue(forKey: key), links.channels.isEmpty,
+                        links.redial.removeValue(forKey: key)
                     )
                 }
                 recordLinks()
@@ -275,14 +373,18 @@ public final class OverlayGateway: Service, Sendable {
                     continue
                 }
                 duplicateBackoff.reset()
-                logger.log(level: slot == 0 ? .warning : .debug, "lost the controller connection; reconnecting")
+                logger.log(
+                    level: slot == 0 ? .warning : .debug,
+                    "lost the controller connection; reconnecting",
+                    metadata: ["controller": "\(key.controller)"]
+                )
             } catch {
                 let description = (error as? ILSError)?.reason ?? "\(error)"
                 if description != lastFailure, slot == 0 {
                     logger.warning(
                         "cannot reach the controller; retrying with backoff",
                         metadata: [
-                            "controller": "\(identity.withLockedValue { $0.connector.address })",
+                            "controller": "\(key.controller)",
                             "error": "\(description)",
                         ]
                     )
@@ -290,11 +392,23 @@ public final class OverlayGateway: Service, Sendable {
                 } else {
                     logger.debug(
                         "controller still unreachable",
-                        metadata: ["error": "\(description)", "link": "\(slot)"]
+                        metadata: ["controller": "\(key.controller)", "error": "\(description)", "link": "\(slot)"]
                     )
                 }
             }
             try? await Task.sleep(nanoseconds: UInt64(backoff.failed().nanoseconds))
+        }
+        // A replica no longer listed whose last link is gone: its block list goes with it.
+        let forget = links.withLockedValue { links in
+            !links.listed.contains(key.controller) && !links.running.contains { $0.controller == key.controller }
+                && !links.channels.keys.contains { $0.controller == key.controller }
+        }
+        if forget {
+            policy.forgetRevoked(from: key.controller.description)
+            logger.info(
+                "no longer linking to a controller that left the list",
+                metadata: ["controller": "\(key.controller)"]
+            )
         }
     }
 
@@ -303,10 +417,10 @@ public final class OverlayGateway: Service, Sendable {
     private func rotateLinks() {
         let old = links.withLockedValue { links -> [(any Channel, EventLoopPromise<Void>?)] in
             var old: [(any Channel, EventLoopPromise<Void>?)] = []
-            for (slot, channel) in links.channels {
-                links.channels[slot] = nil
+            for (key, channel) in links.channels {
+                links.channels[key] = nil
                 links.draining[ObjectIdentifier(channel)] = channel
-                old.append((channel, links.rotations.removeValue(forKey: slot)))
+                old.append((channel, links.rotations.removeValue(forKey: key)))
             }
             return old
         }
@@ -322,9 +436,9 @@ public final class OverlayGateway: Service, Sendable {
 
     /// The controller refused link `slot`'s binding: logged once per distinct reason (a gateway that is refused
     /// retries for as long as it runs; the admin must see why, not a line every few minutes).
-    private func refused(slot: Int, connection: any Channel, reason: String, code: String?) {
+    private func refused(_ key: LinkKey, connection: any Channel, reason: String, code: String?) {
         let first = links.withLockedValue { links -> Bool in
-            if links.channels[slot] === connection { links.outcomes[slot] = .refused(reason: reason, code: code) }
+            if links.channels[key] === connection { links.outcomes[key] = .refused(reason: reason, code: code) }
             defer { links.lastRefusal = reason }
             return links.lastRefusal != reason
         }
@@ -334,7 +448,7 @@ public final class OverlayGateway: Service, Sendable {
             permanent
                 ? "the controller refused this gateway's identity; retrying every few minutes"
                 : "the controller refused to let this gateway host the service",
-            metadata: ["reason": "\(reason)", "service": "\(service)"]
+            metadata: ["reason": "\(reason)", "service": "\(service)", "controller": "\(key.controller)"]
         )
     }
 
@@ -344,35 +458,43 @@ public final class OverlayGateway: Service, Sendable {
         GatewayMetrics.links.record(count)
     }
 
-    /// The controller accepted link `slot`'s binding, on relay loop `relayLoop` of `relayLoops`. A link on a loop
-    /// another link already has is dropped and dialled again (a few times, then kept); the first answer that
-    /// names more loops than there are links starts the missing ones.
-    private func bound(slot: Int, connection: any Channel, relayLoop: Int?, relayLoops: Int?) {
+    /// The controller accepted link `key`'s binding, on relay loop `relayLoop` of `relayLoops`. A link on a loop
+    /// another link to the same replica already has is dropped and dialled again (a few times, then kept); the
+    /// first answer that names more loops than there are links starts the missing ones.
+    private func bound(_ key: LinkKey, connection: any Channel, relayLoop: Int?, relayLoops: Int?) {
+        let slot = key.slot
         logger.log(
             level: slot == 0 ? .info : .debug,
             "hosting service",
             metadata: [
-                "service": "\(service)", "link": "\(slot)", "relay_loop": "\(relayLoop.map(String.init) ?? "-")",
+                "service": "\(service)", "controller": "\(key.controller)", "link": "\(slot)",
+                "relay_loop": "\(relayLoop.map(String.init) ?? "-")",
             ]
         )
         links.withLockedValue { links in
-            if links.channels[slot] === connection { links.outcomes[slot] = .bound }
+            if links.channels[key] === connection { links.outcomes[key] = .bound }
         }
-        guard let relayLoop, let relayLoops else { return }  // a controller that does not say: one link
-        let key = ObjectIdentifier(connection)
-        let (duplicate, wanted) = links.withLockedValue { links -> (Bool, Int?) in
-            let taken = links.relayLoops.contains { $0.key != slot && $0.value.loop == relayLoop }
+        let connectionID = ObjectIdentifier(connection)
+        // A controller that does not say which loop: one link to it.
+        let (duplicate, more) = links.withLockedValue { links -> (Bool, Bool) in
+            let taken =
+                relayLoop.map { loop in
+                    links.relayLoops.contains {
+                        $0.key.controller == key.controller && $0.key != key && $0.value.loop == loop
+                    }
+                } ?? false
             if taken {
-                links.duplicates[slot, default: 0] += 1
-                links.redial[slot] = links.duplicates[slot]! <= Self.quickRetriesPerLoop * max(relayLoops, 2)
-                return (true, nil)
+                links.duplicates[key, default: 0] += 1
+                links.redial[key] =
+                    links.duplicates[key, default: 0] <= Self.quickRetriesPerLoop * max(relayLoops ?? 1, 2)
+                return (true, false)
             }
-            links.duplicates[slot] = 0
-            links.relayLoops[slot] = (relayLoop, key)
-            let wanted = min(relayLoops, Self.maximumLinks)
-            guard wanted > links.slots, !links.stopped else { return (false, nil) }
-            links.slots = wanted
-            return (false, wanted)
+            links.duplicates[key] = 0
+            links.relayLoops[key] = (relayLoop ?? 0, connectionID)
+            let wanted = min(relayLoops ?? 1, Self.maximumLinks)
+            guard wanted > links.slots[key.controller, default: 1], !links.stopped else { return (false, false) }
+            links.slots[key.controller] = wanted
+            return (false, true)
         }
         if duplicate {
             connection.close(promise: nil)
@@ -380,14 +502,21 @@ public final class OverlayGateway: Service, Sendable {
         }
         connection.closeFuture.whenComplete { _ in
             self.links.withLockedValue { links in
-                if links.relayLoops[slot]?.connection == key { links.relayLoops[slot] = nil }
+                if links.relayLoops[key]?.connection == connectionID { links.relayLoops[key] = nil }
             }
         }
-        if let wanted { linkCount.continuation.yield(wanted) }
+        if more { startMissingLinks() }
     }
 
-    private func connect(slot: Int) -> EventLoopFuture<any Channel> {
-        let (connector, credentials) = identity.withLockedValue { ($0.connector, $0.credentials) }
+    private func connect(_ key: LinkKey) -> EventLoopFuture<any Channel> {
+        let slot = key.slot
+        let connector: FabricConnector
+        let credentials: E2EHandshake.Credentials
+        do {
+            (connector, credentials) = try self.connector(for: key.controller)
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
         var settings = GatewayStreamRouter.Context(
             service: service,
             credentials: credentials,
@@ -396,13 +525,15 @@ public final class OverlayGateway: Service, Sendable {
             logger: logger,
             onRefusal: { [weak self] connection, reason, code in
                 guard let connection else { return }
-                self?.refused(slot: slot, connection: connection, reason: reason, code: code)
+                self?.refused(key, connection: connection, reason: reason, code: code)
             }
         )
+        settings.controller = key.controller.description
         settings.handshakeTimeout = handshakeTimeout
         settings.onBound = { [weak self] connection, relayLoop, relayLoops in
-            self?.bound(slot: slot, connection: connection, relayLoop: relayLoop, relayLoops: relayLoops)
+            self?.bound(key, connection: connection, relayLoop: relayLoop, relayLoops: relayLoops)
         }
+        settings.onControllers = { [weak self] list in self?.controllersChanged(list) }
         let router = settings
         let logger = self.logger
         let keepalive = self.keepalive
@@ -416,7 +547,9 @@ public final class OverlayGateway: Service, Sendable {
                 keepalive: KeepaliveHandler(keepalive) { [logger] in
                     logger.warning(
                         "the controller link went silent (no answer to a keepalive PING); closing it and redialling",
-                        metadata: ["link": "\(slot)", "timeout": "\(keepalive.timeout)"]
+                        metadata: [
+                            "controller": "\(key.controller)", "link": "\(slot)", "timeout": "\(keepalive.timeout)",
+                        ]
                     )
                 },
                 streamDelegate: drain

@@ -37,7 +37,11 @@ public enum Renewal {
             identity: response.identity,
             certificate: response.certificate,
             caCertificate: response.caCertificate,
-            privateKey: keyPair.privateKeyPEM
+            privateKey: keyPair.privateKeyPEM,
+            // A controller of an earlier release sends no list: keep the one the file had.
+            controllers: response.controllers.map {
+                ControllerAddress.replicas([response.controller] + $0).map(\.description)
+            } ?? file.controllers
         )
         try IdentityFileIO.write(renewed, to: path, overwrite: true)
         return renewed

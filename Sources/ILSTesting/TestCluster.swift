@@ -2,9 +2,11 @@ import Foundation
 public import ILSClient
 public import ILSController
 public import ILSCore
+import ILSCrypto
 import ILSFabric
 public import ILSGateway
 public import ILSProxy
+import ILSStore
 public import ILSTunnel
 import Logging
 import NIOPosix
@@ -21,6 +23,8 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var backends: [TestBackend] = []
     public private(set) var tunnel: Tunnel?
     public private(set) var tunnelPort = 0
+    /// Controller replicas started with `startReplica`, sharing the first controller's store object.
+    public private(set) var replicas: [(server: ControllerServer, state: ControllerState)] = []
     private var tasks: [Task<Void, any Error>] = []
     private var configureProxy: @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     /// This cluster's name in its log lines (`cluster=<id>`).
@@ -92,7 +96,8 @@ public final class TestCluster: @unchecked Sendable {
                 state: state,
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
-                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
+                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+                rosterInterval: Self.rosterInterval
             )
             do {
                 _ = try await server.start()
@@ -171,6 +176,69 @@ public final class TestCluster: @unchecked Sendable {
         return port
     }
 
+    /// How often the cluster's controllers read the controller list and push it to gateways when it changed: short,
+    /// so a test waits for a replica to be linked in a fraction of a second rather than a heartbeat interval.
+    static let rosterInterval: Duration = .milliseconds(100)
+
+    /// Starts a second controller replica in this process on a free port, sharing the first controller's store
+    /// object, CA and token key, with a TLS certificate of its own for 127.0.0.1 (as `controller join` makes one).
+    /// Both controllers write a heartbeat, so each lists the other (`GET /v1/controllers`, the list gateways and
+    /// enrollments get). Returns the replica's address.
+    @discardableResult
+    public func startReplica(attempts: Int = 5) async throws -> ControllerAddress {
+        for attempt in 1...attempts {
+            let port = try Self.freePort()
+            let address = try ControllerAddress(parsing: "https://127.0.0.1:\(port)")
+            let issued = try state.authority.issueServerCertificate(host: "127.0.0.1")
+            let replica = state.replica(
+                address: address,
+                serverCertificatePEM: issued.certificatePEM + "\n" + state.authority.certificatePEM,
+                serverKeyPEM: issued.privateKeyPEM
+            )
+            try await replica.identities.reload(from: replica.store)
+            let server = try ControllerServer(
+                state: replica,
+                listen: HostPort(host: "127.0.0.1", port: port),
+                logger: logger,
+                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+                rosterInterval: Self.rosterInterval
+            )
+            do {
+                _ = try await server.start()
+            } catch {
+                guard attempt < attempts, error.reason.contains("Address already in use") else { throw error }
+                continue
+            }
+            replicas.append((server, replica))
+            await beat()
+            return address
+        }
+        preconditionFailure("the last attempt returns or throws")
+    }
+
+    /// Writes every controller's heartbeat now, so each lists the others.
+    public func beat() async {
+        for state in [state] + replicas.map(\.state) {
+            await ControllerHeartbeat(state: state, logger: logger).beat()
+        }
+    }
+
+    /// Stops replica `index` and ages its heartbeat out of the store's list at once, as 30 s without one would: the
+    /// other controllers drop it from the list they push.
+    public func retireReplica(_ index: Int) async throws {
+        let replica = replicas[index]
+        await replica.server.shutdown()
+        try await replica.state.store.heartbeat(
+            ControllerMember(address: replica.state.address.description, startedAt: 0, lastSeenAt: 0)
+        )
+    }
+
+    /// Brings every replica's in-memory directory up to what the shared store holds (identities made through the
+    /// first controller since the replica started): the SQLite store has no change feed to do it.
+    public func syncReplicas() async throws {
+        for replica in replicas { try await replica.state.identities.reload(from: replica.state.store) }
+    }
+
     /// Stops the controller and starts a new one on the same port and state directory.
     public func restartController() async throws {
         await controller.shutdown()  // idempotent: fine if it is already down
@@ -179,7 +247,8 @@ public final class TestCluster: @unchecked Sendable {
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
             logger: logger,
-            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout)
+            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+            rosterInterval: Self.rosterInterval
         )
         _ = try await server.start()
         controller = server
@@ -190,6 +259,7 @@ public final class TestCluster: @unchecked Sendable {
         for task in tasks { _ = try? await task.value }
         await tunnel?.shutdown()
         await controller.shutdown()
+        for replica in replicas { await replica.server.shutdown() }
         for backend in backends { await backend.stop() }
         try? FileManager.default.removeItem(atPath: directory)
     }

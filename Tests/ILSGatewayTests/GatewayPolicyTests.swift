@@ -55,4 +55,19 @@ struct GatewayPolicyTests {
         policy.updateRevoked([])
         #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
     }
+
+    @Test("a block sent by any controller replica holds until that replica lifts it, whatever the others send")
+    func blocksAreUnionedAcrossReplicas() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        let ipad = try certificate("ipad", role: .device)
+        // Replica A blocked it in memory only (its store write failed); replica B's list, sent later, lacks it.
+        policy.updateRevoked(["id-ipad"], from: "https://a:8443")
+        policy.updateRevoked([], from: "https://b:8443")
+        #expect(policy.blocks("id-ipad"))
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") != .allow)
+        policy.updateRevoked([], from: "https://a:8443")
+        #expect(!policy.blocks("id-ipad"))
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
+    }
 }

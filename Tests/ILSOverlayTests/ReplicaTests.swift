@@ -1,0 +1,109 @@
+import Foundation
+import ILSClient
+import ILSCore
+import ILSFabric
+import ILSTesting
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Two controller replicas in one process sharing one store (`TestCluster.startReplica`): A is the cluster's first
+/// controller, B the replica. Every identity of these tests is enrolled through A.
+@Suite("Controller replicas: devices, tunnels and gateways know every controller")
+struct ReplicaTests {
+    /// The cluster's first controller.
+    static func first(_ cluster: TestCluster) throws -> ControllerAddress {
+        try ControllerAddress(parsing: "https://127.0.0.1:\(cluster.controllerPort)")
+    }
+
+    /// `GET /health` through the tunnel on `port`, on a connection of its own; the response status.
+    static func health(tunnel port: Int) async throws -> Int {
+        let connection = try await TestHTTPConnection(port: port)
+        try await connection.sendRequest("GET", "/health", headers: [("Connection", "close")])
+        let status = try await connection.readHead().status
+        await connection.close()
+        return status
+    }
+
+    @Test("an enrollment through one controller names every replica, and a gateway links to a replica it is told of")
+    func enrollmentAndGatewayLearnReplicas() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let b = try await cluster.startReplica()
+
+            let phone = try await cluster.enroll("phone", role: .device)
+            #expect(phone.controller == a.description)
+            #expect(phone.controllers == [a.description, b.description])
+            let written = try IdentityFileIO.read("\(cluster.directory)/identities/phone.json")
+            #expect(written.controllers == [a.description, b.description])
+
+            // The gateway was enrolled before B existed: its file names A only, so it can learn B only from A.
+            let gateway = cluster.gateways[0]
+            #expect(await TestCluster.eventually { gateway.linkedControllers == [a, b] })
+            #expect(gateway.listedControllers == [a, b])
+
+            // A device that knows only B reaches the service: B's relay has a link of the gateway's.
+            try await cluster.syncReplicas()
+            var onlyB = phone
+            onlyB.controller = b.description
+            onlyB.controllers = []
+            let port = try await cluster.startTunnel(identity: onlyB)
+            #expect(try await Self.health(tunnel: port) == 200)
+        }
+    }
+
+    @Test("a gateway stops redialling a replica that left the controller list, and keeps its other links")
+    func gatewayForgetsRetiredReplica() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let b = try await cluster.startReplica()
+            let gateway = cluster.gateways[0]
+            #expect(await TestCluster.eventually { gateway.linkedControllers == [a, b] })
+
+            try await cluster.retireReplica(0)
+            #expect(await TestCluster.eventually { gateway.diallingControllers == [a] })
+            #expect(gateway.listedControllers == [a])
+            #expect(gateway.linkedControllers == [a])
+            #expect(try await Self.health(tunnel: cluster.tunnelPort) == 200)
+        }
+    }
+
+    @Test("a device whose first controller is down dials through the next one")
+    func deviceFailsOverWhenFirstIsDown() async throws {
+        try await withCluster { cluster in
+            let b = try await cluster.startReplica()
+            let phone = try await cluster.enroll("phone", role: .device)
+            try await cluster.syncReplicas()
+            #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(b) })
+
+            await cluster.controller.shutdown()
+            let client = try OverlayClient(identity: phone)
+            let response = try await client.stream(URLRequest(url: URL(string: "http://claude-api/health")!))
+            #expect(response.response.statusCode == 200)
+            for try await _ in response.body {}
+            #expect(client.dialer.preferredController == b)
+        }
+    }
+
+    @Test("a tunnel whose controller goes away mid-circuit carries its next request through the next one")
+    func tunnelFailsOverAfterLosingItsController() async throws {
+        try await withCluster { cluster in
+            let b = try await cluster.startReplica()
+            let phone = try await cluster.enroll("phone", role: .device)
+            try await cluster.syncReplicas()
+            #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(b) })
+            let port = try await cluster.startTunnel(identity: phone)
+
+            // A live circuit, through A (the file's first controller): A's shutdown ends it.
+            let live = try await TestHTTPConnection(port: port)
+            try await live.sendRequest("GET", "/sse?n=1000&interval_ms=1000")
+            #expect(try await live.readHead().status == 200)
+            await cluster.controller.shutdown()
+            _ = try? await live.readUntilClosed()
+
+            #expect(try await Self.health(tunnel: port) == 200)
+        }
+    }
+}
