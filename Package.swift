@@ -328,6 +328,8 @@ let package = Package(
             dependencies: [
                 .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 "ILSCore",
+                "ILSStore",
+                "ILSStorePostgres",
                 "ILSCrypto",
                 "ILSGateway",
                 "ILSController",

@@ -24,6 +24,7 @@ extension ConfigKey {
     public static let service = ConfigKey("service", environment: "ILS_SERVICE")
     public static let listen = ConfigKey("listen", environment: "ILS_LISTEN")
     public static let stateDir = ConfigKey("state-dir", environment: "ILS_STATE_DIR")
+    public static let store = ConfigKey("store", environment: "ILS_STORE")
     public static let mode = ConfigKey("mode", environment: "NETWORKING_MODE")
     public static let backend = ConfigKey("backend", environment: "BACKEND_URL")
     public static let tlsCert = ConfigKey("tls-cert", environment: "ILS_TLS_CERT")
@@ -57,7 +58,7 @@ extension ConfigSchema {
     /// `ils-gateway controller run`.
     public static let controllerRun = ConfigSchema(
         command: "controller run",
-        keys: [.stateDir, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout]
+        keys: [.stateDir, .store, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout]
             + [.auditRetention, .auditMaxRows] + keepalives + observability
     )
 

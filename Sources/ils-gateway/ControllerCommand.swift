@@ -3,6 +3,8 @@ import Foundation
 import ILSConfig
 import ILSController
 import ILSCore
+import ILSStore
+import ILSStorePostgres
 import Logging
 
 /// `ils-gateway controller`: the overlay controller.
@@ -15,12 +17,27 @@ struct ControllerCommand: AsyncParsableCommand {
               ils-gateway controller init --state-dir /var/lib/ils --address https://ctl.example.net:7443
               ils-gateway controller run --state-dir /var/lib/ils
             """,
-        subcommands: [Init.self, Join.self, Run.self, RotateTLS.self]
+        subcommands: [Init.self, Join.self, Run.self, Migrate.self, RotateTLS.self]
     )
 
     struct StateDirectory: ParsableArguments {
         @Option(help: "Controller state directory (CA, keys, SQLite store). Env: ILS_STATE_DIR.")
         var stateDir: String?
+
+        @Option(
+            help: """
+                The store: a SQLite file (default: DIR/store.sqlite) or a PostgreSQL URL that several controllers \
+                share, postgres://USER@HOST:PORT/DB?sslmode=verify-full (the password may come from PGPASSWORD). \
+                Env: ILS_STORE.
+                """
+        )
+        var store: String?
+
+        /// The store `text` names, opened; nil (the state directory's SQLite file) when there is none.
+        static func openStore(_ text: String?, logger: Logger) async throws(ILSError) -> (any ControllerStore)? {
+            guard let text else { return nil }
+            return try await StoreOpener.open(try StoreLocation(parsing: text), logger: logger)
+        }
 
         func resolved() throws(ILSError) -> String {
             guard let directory = stateDir ?? ProcessEnvironment()["ILS_STATE_DIR"] else {
@@ -52,10 +69,15 @@ struct ControllerCommand: AsyncParsableCommand {
         func run() async throws {
             let directory = try state.resolved()
             let address = try ControllerAddress(parsing: address)
+            let logger = Logger(label: "ils-controller", factory: { _ in SwiftLogNoOpLogHandler() })
             let controller = try await ControllerState.initialize(
                 directory: directory,
                 address: address,
-                adminOut: adminOut
+                adminOut: adminOut,
+                store: try await StateDirectory.openStore(
+                    state.store ?? ProcessEnvironment()["ILS_STORE"],
+                    logger: logger
+                )
             )
             print("controller state created in \(directory)")
             print("CA fingerprint (sha256): \(controller.authority.fingerprint)")
@@ -97,14 +119,15 @@ struct ControllerCommand: AsyncParsableCommand {
                     "give --state-dir DIR (or set ILS_STATE_DIR, or state-dir in the config file)"
                 )
             }
-            let controllerState = try await ControllerState.load(directory: directory)
+            let logger = try logOptions.bootstrap(label: "ils-controller", layers: layers)
+            let store = try await StateDirectory.openStore(layers.string(.store, flag: state.store), logger: logger)
+            let controllerState = try await ControllerState.load(directory: directory, store: store)
             let listenAddress: HostPort
             if let listen = layers.string(.listen, flag: listen) {
                 listenAddress = try HostPort(parsing: listen)
             } else {
                 listenAddress = HostPort(host: "0.0.0.0", port: controllerState.address.port)
             }
-            let logger = try logOptions.bootstrap(label: "ils-controller", layers: layers)
             let metrics = try metricsOptions.server(logger: logger, layers: layers, ready: { true })
             let server = try ControllerServer(
                 state: controllerState,
