@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the quickstart need, only when it is missing:
 # libsodium (the identity and end-to-end crypto), SQLite (the controller's store), openssl and curl (certificates and demo requests),
-# iptables and iproute2 (the fault tests' network namespaces),
+# iptables and iproute2 (the fault tests' network namespaces), PostgreSQL (the store tests start their own server),
 # and the Python packages of the sample backend and the end-to-end tests.
 # Safe to run again; does nothing when everything is present.
 set -euo pipefail
@@ -15,6 +15,8 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)   # docs/operations.md's online backup
 command -v iptables >/dev/null || need_apt+=(iptables)   # the silent-drop tests (a NAT that forgets a link)
 command -v ss >/dev/null || need_apt+=(iproute2)
+# PostgreSQL's server binaries: the store tests start their own server (initdb into a temporary directory).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2

@@ -32,7 +32,12 @@ public struct Controller: Sendable {
         -> ControllerAPI.EnrollResponse
     {
         let claims = try EnrollmentToken.verify(request.token, publicKey: state.tokenKey.publicKey, now: now)
-        guard claims.iss == state.address.description else { throw EnrollmentRefusal.wrongIssuer.error }
+        // A token names the controller that made it; any replica sharing its store may take it (the store
+        // consumes it once, whichever one does).
+        if claims.iss != state.address.description {
+            let cluster = (try? await controllers().map(\.address)) ?? []
+            guard cluster.contains(claims.iss) else { throw EnrollmentRefusal.wrongIssuer.error }
+        }
         guard claims.ils_ca == state.authority.fingerprint else { throw EnrollmentRefusal.caMismatch.error }
         let publicKey = try EnrollmentProof.verifiedPublicKey(request)
         // The store, not the directory: the identity may have been made a moment ago through another controller.

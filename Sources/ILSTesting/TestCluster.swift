@@ -6,7 +6,7 @@ import ILSCrypto
 import ILSFabric
 public import ILSGateway
 public import ILSProxy
-import ILSStore
+public import ILSStore
 public import ILSTunnel
 import Logging
 import NIOPosix
@@ -68,11 +68,13 @@ public final class TestCluster: @unchecked Sendable {
 
     /// Starts a controller, `gateways` gateways (each with its own backend) and a tunnel for a device `ipad`.
     /// `configureProxy` adjusts each gateway's proxy settings (limits, timeouts) before it starts.
+    /// `store`, when given, is the controller's store (PostgreSQL in the cluster tests); else a SQLite file.
     public static func start(
         gateways: Int = 1,
+        store: (any ControllerStore)? = nil,
         configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     ) async throws -> TestCluster {
-        let cluster = try await startController()
+        let cluster = try await startController(store: store)
         cluster.configureProxy = configureProxy
         for index in 0..<gateways { try await cluster.addGateway(name: "gw\(index + 1)") }
         try await cluster.startTunnel(identity: try await cluster.enroll("ipad", role: .device))
@@ -81,7 +83,7 @@ public final class TestCluster: @unchecked Sendable {
 
     /// A controller on a free port. The port is picked before the state is made (its address goes into the state),
     /// so another socket can take it in between; then this starts over on another port, a few times.
-    private static func startController(attempts: Int = 5) async throws -> TestCluster {
+    private static func startController(attempts: Int = 5, store: (any ControllerStore)?) async throws -> TestCluster {
         for attempt in 1...attempts {
             let id = String(UUID().uuidString.prefix(8)).lowercased()
             let logger = makeLogger(id: id)
@@ -90,7 +92,8 @@ public final class TestCluster: @unchecked Sendable {
             let state = try await ControllerState.initialize(
                 directory: "\(directory)/controller",
                 address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
-                adminOut: "\(directory)/identities/admin.json"
+                adminOut: "\(directory)/identities/admin.json",
+                store: store
             )
             let server = try ControllerServer(
                 state: state,
