@@ -196,13 +196,13 @@ _ils-gateway_controller() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    init|run|rotate-tls)
+    init|join|run|migrate|rotate-tls)
         # Offer subcommand argument completions
         "_ils-gateway_controller_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'init run rotate-tls' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'init join run migrate rotate-tls' -- "${cur}"))
         ;;
     esac
 }
@@ -211,12 +211,15 @@ _ils-gateway_controller_init() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--state-dir --address --admin-out)
+    non_repeating_options=(--state-dir --store --address --admin-out)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
     case "${prev}" in
     '--state-dir')
+        return
+        ;;
+    '--store')
         return
         ;;
     '--address')
@@ -228,16 +231,43 @@ _ils-gateway_controller_init() {
     esac
 }
 
-_ils-gateway_controller_run() {
+_ils-gateway_controller_join() {
     repeating_flags=()
-    non_repeating_flags=(--metrics-allow-remote --no-metrics-allow-remote --version -h --help)
+    non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--state-dir --listen --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --config --log-level --log-format --metrics --audit-retention --audit-max-rows --keepalive --keepalive-timeout)
+    non_repeating_options=(--state-dir --store --identity --address)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
     case "${prev}" in
     '--state-dir')
+        return
+        ;;
+    '--store')
+        return
+        ;;
+    '--identity')
+        return
+        ;;
+    '--address')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_controller_run() {
+    repeating_flags=()
+    non_repeating_flags=(--metrics-allow-remote --no-metrics-allow-remote --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--state-dir --store --listen --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --config --log-level --log-format --metrics --audit-retention --audit-max-rows --keepalive --keepalive-timeout)
+    __ils-gateway_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--state-dir')
+        return
+        ;;
+    '--store')
         return
         ;;
     '--listen')
@@ -284,16 +314,37 @@ _ils-gateway_controller_run() {
     esac
 }
 
+_ils-gateway_controller_migrate() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--from --to)
+    __ils-gateway_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--from')
+        return
+        ;;
+    '--to')
+        return
+        ;;
+    esac
+}
+
 _ils-gateway_controller_rotate-tls() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--state-dir --address)
+    non_repeating_options=(--state-dir --store --address)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
     case "${prev}" in
     '--state-dir')
+        return
+        ;;
+    '--store')
         return
         ;;
     '--address')
