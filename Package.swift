@@ -176,6 +176,7 @@ let package = Package(
                 "ILSCore",
                 "CSQLite",
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

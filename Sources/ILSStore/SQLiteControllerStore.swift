@@ -1,4 +1,5 @@
 public import ILSCore
+import NIOConcurrencyHelpers
 import NIOPosix
 
 /// The embedded store for one controller: a SQLite file in WAL mode, `synchronous=FULL`.
@@ -15,30 +16,32 @@ public final class SQLiteControllerStore: ControllerStore {
     public static let inMemory = ":memory:"
 
     private let transactions: SQLiteStoreTransactions
-    private let threads: NIOThreadPool
+    private let closed = NIOLockedValueBox(false)
     public let path: String
+
+    /// Two threads for every SQLite store of the process (a controller has one store; tests have many): a read is
+    /// never queued behind a long write's flush for longer than the lock itself, and no event loop waits.
+    private static let threads: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: 2)
+        pool.start()
+        return pool
+    }()
 
     /// Opens (creating if needed, 0600) the store at `path` and brings its schema up to date;
     /// `SQLiteControllerStore.inMemory` is a private store that lives as long as this object (tests and fuzzing).
     public init(path: String) throws(ILSError) {
         self.path = path
         transactions = try SQLiteStoreTransactions(path: path)
-        // Two threads: a read is never queued behind a long write's flush for longer than the lock itself.
-        threads = NIOThreadPool(numberOfThreads: 2)
-        threads.start()
-    }
-
-    deinit {
-        threads.shutdownGracefully { _ in }
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (SQLiteStoreTransactions) throws(ILSError) -> T)
         async throws(ILSError) -> T
     {
         let transactions = self.transactions
+        guard !closed.withLockedValue({ $0 }) else { throw ILSError(.unavailable, "the store \(path) is closed") }
         let result: Result<T, ILSError>
         do {
-            result = try await threads.runIfActive { () -> Result<T, ILSError> in
+            result = try await Self.threads.runIfActive { () -> Result<T, ILSError> in
                 Result { () throws(ILSError) -> T in try body(transactions) }
             }
         } catch {
@@ -161,6 +164,6 @@ public final class SQLiteControllerStore: ControllerStore {
     }
 
     public func close() async {
-        try? await threads.shutdownGracefully()
+        closed.withLockedValue { $0 = true }
     }
 }

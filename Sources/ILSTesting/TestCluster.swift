@@ -181,7 +181,7 @@ public final class TestCluster: @unchecked Sendable {
 
     /// How often the cluster's controllers read the controller list and push it to gateways when it changed: short,
     /// so a test waits for a replica to be linked in a fraction of a second rather than a heartbeat interval.
-    static let rosterInterval: Duration = .milliseconds(100)
+    static let rosterInterval: Duration = .milliseconds(500)
 
     /// Starts a second controller replica in this process on a free port, sharing the first controller's store
     /// object, CA and token key, with a TLS certificate of its own for 127.0.0.1 (as `controller join` makes one).

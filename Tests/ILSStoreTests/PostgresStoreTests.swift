@@ -45,8 +45,15 @@ struct PostgresStoreTests {
 
     @Test("a server restart: calls work again by themselves and the feed says to read everything again")
     func restart() async throws {
-        let server = try TestPostgres.shared()
-        let (store, other, cleanup) = try await StoreKind.postgres.make()
+        // A server of its own: the other suites share one and run meanwhile.
+        let server = try TestPostgres()
+        let url = try server.createDatabase()
+        let store = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
+        let other = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
+        let cleanup = {
+            await store.close()
+            await other.close()
+        }
         var feed = store.changes().makeAsyncIterator()
         try await other.heartbeat(ControllerMember(address: "https://warm:1", startedAt: 1, lastSeenAt: 1))
         #expect(await Self.next(&feed) { $0 == .controllers } == .controllers)
@@ -65,8 +72,9 @@ struct PostgresStoreTests {
 
     @Test("with the server down a call fails as unavailable, bounded, and never shows the password")
     func outage() async throws {
-        let server = try TestPostgres.shared()
-        let (store, _, cleanup) = try await StoreKind.postgres.make()
+        let server = try TestPostgres()
+        let store = try await PostgresControllerStore(url: try server.createDatabase(), logger: StoreKind.logger)
+        let cleanup = { await store.close() }
         try server.stop()
         defer { try? server.start() }
         let error = await refusal { _ = try await store.identities() }
