@@ -14,8 +14,9 @@ swift build --build-tests
 
 echo "== swift test" >&2
 swift test --skip-build --skip ILSStoreTests
-# The store suites on their own: they start PostgreSQL servers (and stop one to play an outage), which must not
-# compete with the timing-sensitive suites above on a 2-core machine.
+# The store suites on their own: they start PostgreSQL servers on free ports (and stop one to play an outage); run
+# beside the proxy suites, a test that stops its backend and dials the port again once reached a PostgreSQL server
+# that had taken it.
 echo "== swift test: stores (SQLite and a PostgreSQL the tests start)" >&2
 swift test --skip-build --filter ILSStoreTests
 
