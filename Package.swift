@@ -169,7 +169,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         /// The controller's store: the `ControllerStore` protocol, its records, and the embedded SQLite store (system
-        /// libsqlite3, run on the store's own threads).
+        /// libsqlite3, run on NIO's blocking-I/O pool).
         .target(
             name: "ILSStore",
             dependencies: [

@@ -17,7 +17,7 @@ public struct ControllerSecrets: Codable, Sendable {
         self.tokenKey = tokenKey
     }
 
-    static let info = Data("ils-controller-join-v1".utf8)
+    static var info: Data { Data("ils-controller-join-v1".utf8) }
     static let suite = HPKE.Ciphersuite.Curve25519_SHA256_ChachaPoly
 
     /// Seals these secrets to `publicKey` (32 bytes, X25519); `context` (the replica's address) is authenticated.

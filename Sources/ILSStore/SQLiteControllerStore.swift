@@ -4,8 +4,8 @@ import NIOPosix
 
 /// The embedded store for one controller: a SQLite file in WAL mode, `synchronous=FULL`.
 ///
-/// Every call runs its transaction (`SQLiteStoreTransactions`) on this store's own two threads, so no event loop
-/// waits for a disk flush and the blocking-I/O pool other work shares is not taken either. The bindings to the
+/// Every call runs its transaction (`SQLiteStoreTransactions`) on NIO's blocking-I/O thread pool, so no event loop
+/// waits for a disk flush. The bindings to the
 /// system's libsqlite3 are ours (SQLiteDatabase, about 120 lines): each method here is one whole transaction
 /// (`BEGIN IMMEDIATE` … `COMMIT`) run on one thread, which is all the store needs; sqlite-nio would make each
 /// statement a separate asynchronous hop inside the transaction and bring a second, vendored copy of SQLite, while
@@ -19,13 +19,10 @@ public final class SQLiteControllerStore: ControllerStore {
     private let closed = NIOLockedValueBox(false)
     public let path: String
 
-    /// Two threads for every SQLite store of the process (a controller has one store; tests have many): a read is
-    /// never queued behind a long write's flush for longer than the lock itself, and no event loop waits.
-    private static let threads: NIOThreadPool = {
-        let pool = NIOThreadPool(numberOfThreads: 2)
-        pool.start()
-        return pool
-    }()
+    /// NIO's blocking-I/O pool (one per process, a thread per core, never shut down): no event loop waits for a
+    /// transaction. A pool of the store's own leaked its work queue at exit under LeakSanitizer, as NIO's
+    /// perpetual pool does (deploy/sanitizers/lsan.supp).
+    private static var threads: NIOThreadPool { .singleton }
 
     /// Opens (creating if needed, 0600) the store at `path` and brings its schema up to date;
     /// `SQLiteControllerStore.inMemory` is a private store that lives as long as this object (tests and fuzzing).

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// The embedded store's transactions, synchronous: one SQLite file in WAL mode with versioned migrations.
-/// `SQLiteControllerStore` runs each on its own threads, never on an event loop.
+/// `SQLiteControllerStore` runs each on NIO's blocking-I/O pool, never on an event loop.
 final class SQLiteStoreTransactions: Sendable {
     private let database: SQLiteDatabase
 

@@ -72,6 +72,7 @@ public final class PostgresControllerStore: ControllerStore {
             try await migrate()
         } catch {
             running.cancel()
+            _ = await running.value
             throw error
         }
     }

@@ -13,6 +13,7 @@ import Testing
 @Suite("Two controllers on one PostgreSQL", .serialized)
 struct ClusterOnPostgresTests {
     private static func cluster() async throws -> (TestCluster, ControllerAddress) {
+        // The store is closed by `finish` below: an open client's pool would outlive the test.
         let url = try TestPostgres.shared().createDatabase()
         let store = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
         let cluster = try await TestCluster.start(gateways: 1, store: store)
@@ -52,7 +53,7 @@ struct ClusterOnPostgresTests {
         }
         #expect(outcomes.filter { $0 == "won" }.count == 1, "\(outcomes)")
         #expect(outcomes.filter { $0 == EnrollmentRefusal.used.rawValue }.count == 9, "\(outcomes)")
-        await cluster.stop()
+        await Self.finish(cluster)
     }
 
     @Test("a device revoked through controller A has its live stream on controller B cut")
@@ -80,6 +81,11 @@ struct ClusterOnPostgresTests {
                 replicaState.identities.identity(named: "tablet")?.state == .revoked
             }
         )
+        await Self.finish(cluster)
+    }
+
+    private static func finish(_ cluster: TestCluster) async {
         await cluster.stop()
+        await cluster.state.store.close()
     }
 }
