@@ -48,6 +48,8 @@ mkdir -p "$reports"
 # log_path sends every report to a file named after the process, so a child that dies of a report is never missed.
 # Leak suppressions (deploy/sanitizers/lsan.supp) cover XCTest's runner and swift-nio's perpetual global thread pool only.
 export LSAN_OPTIONS="suppressions=$PWD/deploy/sanitizers/lsan.supp:print_suppressions=0"
+# KNOWN DEBT (issue 25): a leak report alone does not fail a process's exit status (see the report check below).
+[ "${ILS_SANITIZE_LEAKS_FATAL:-0}" = 1 ] || LSAN_OPTIONS="$LSAN_OPTIONS:exitcode=0"
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
 export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1"
 
