@@ -320,9 +320,7 @@ public struct Controller: Sendable {
     public func controllers(now: Int64? = nil) async throws(ILSError) -> [ControllerAPI.ControllerInfo] {
         let now = now ?? Int64(Date().timeIntervalSince1970)
         let members = try await state.store.controllers(seenSince: now - ControllerHeartbeat.window)
-        var listed = members.map {
-            ControllerAPI.ControllerInfo(address: $0.address, startedAt: $0.startedAt, lastSeenAt: $0.lastSeenAt)
-        }
+        var listed = members
         if !listed.contains(where: { $0.address == state.address.description }) {
             listed.append(.init(address: state.address.description, startedAt: now, lastSeenAt: now))
         }

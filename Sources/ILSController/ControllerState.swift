@@ -94,10 +94,8 @@ public struct ControllerState: Sendable {
         store givenStore: (any ControllerStore)? = nil,
         now: Date = Date()
     ) async throws(ILSError) -> ControllerState {
+        try refuseNonEmpty(directory)
         let manager = FileManager.default
-        if let contents = try? manager.contentsOfDirectory(atPath: directory), !contents.isEmpty {
-            throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
-        }
         if manager.fileExists(atPath: adminOut) {
             throw ILSError(.conflict, "\(adminOut) already exists; choose another --admin-out or move it away")
         }
@@ -113,17 +111,13 @@ public struct ControllerState: Sendable {
                 throw ILSError(.internalError, "could not create the controller CA: \(error)")
             }
             let tokenKey = IdentityKeyPair.generate()
-            try write(authority.certificatePEM, "ca.pem", in: directory)
-            try write(authority.privateKeyPEM, "ca.key", in: directory)
-            try write(server.certificatePEM + "\n" + authority.certificatePEM, "server.pem", in: directory)
-            try write(server.privateKeyPEM, "server.key", in: directory)
-            try write(tokenKey.privateKeyPEM, "token.key", in: directory)
-            let configuration = Configuration(
-                version: 1,
-                address: address.description,
-                caFingerprint: authority.fingerprint
+            try writeFiles(
+                in: directory,
+                address: address,
+                authority: authority,
+                server: server,
+                tokenKeyPEM: tokenKey.privateKeyPEM
             )
-            try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
             let store: any ControllerStore
             if let givenStore {
                 store = givenStore
@@ -146,13 +140,7 @@ public struct ControllerState: Sendable {
             try await state.bootstrapAdmin(writeTo: adminOut, now: now)
             return state
         } catch {
-            if existed {
-                for name in (try? manager.contentsOfDirectory(atPath: directory)) ?? [] {
-                    try? manager.removeItem(atPath: "\(directory)/\(name)")
-                }
-            } else {
-                try? manager.removeItem(atPath: directory)
-            }
+            discard(directory, existed: existed)
             throw error
         }
     }
@@ -167,10 +155,8 @@ public struct ControllerState: Sendable {
         secrets: ControllerSecrets,
         now: Date = Date()
     ) throws(ILSError) -> Files {
+        try refuseNonEmpty(directory)
         let manager = FileManager.default
-        if let contents = try? manager.contentsOfDirectory(atPath: directory), !contents.isEmpty {
-            throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
-        }
         let authority: CertificateAuthority
         let server: (certificatePEM: String, privateKeyPEM: String)
         do {
@@ -183,26 +169,16 @@ public struct ControllerState: Sendable {
         let existed = manager.fileExists(atPath: directory)
         try SecureFile.createPrivateDirectory(directory)
         do throws(ILSError) {
-            try write(authority.certificatePEM, "ca.pem", in: directory)
-            try write(secrets.caKey, "ca.key", in: directory)
-            try write(server.certificatePEM + "\n" + authority.certificatePEM, "server.pem", in: directory)
-            try write(server.privateKeyPEM, "server.key", in: directory)
-            try write(secrets.tokenKey, "token.key", in: directory)
-            let configuration = Configuration(
-                version: 1,
-                address: address.description,
-                caFingerprint: authority.fingerprint
+            try writeFiles(
+                in: directory,
+                address: address,
+                authority: authority,
+                server: server,
+                tokenKeyPEM: secrets.tokenKey
             )
-            try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
             return try Files(directory: directory)
         } catch {
-            if existed {
-                for name in (try? manager.contentsOfDirectory(atPath: directory)) ?? [] {
-                    try? manager.removeItem(atPath: "\(directory)/\(name)")
-                }
-            } else {
-                try? manager.removeItem(atPath: directory)
-            }
+            discard(directory, existed: existed)
             throw error
         }
     }
@@ -295,6 +271,46 @@ public struct ControllerState: Sendable {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try SecureFile.createPrivateDirectory(directory) }
         try SecureFile.write(try Self.encode(file), to: path, overwrite: false)
+    }
+
+    /// A state directory is only ever made in a missing or empty directory.
+    private static func refuseNonEmpty(_ directory: String) throws(ILSError) {
+        if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+            throw ILSError(.conflict, "\(directory) already holds a controller state (or other files); not touching it")
+        }
+    }
+
+    /// The files every state directory has, a first controller's and a replica's alike (keys 0600).
+    private static func writeFiles(
+        in directory: String,
+        address: ControllerAddress,
+        authority: CertificateAuthority,
+        server: (certificatePEM: String, privateKeyPEM: String),
+        tokenKeyPEM: String
+    ) throws(ILSError) {
+        try write(authority.certificatePEM, "ca.pem", in: directory)
+        try write(authority.privateKeyPEM, "ca.key", in: directory)
+        try write(server.certificatePEM + "\n" + authority.certificatePEM, "server.pem", in: directory)
+        try write(server.privateKeyPEM, "server.key", in: directory)
+        try write(tokenKeyPEM, "token.key", in: directory)
+        let configuration = Configuration(
+            version: 1,
+            address: address.description,
+            caFingerprint: authority.fingerprint
+        )
+        try write(String(decoding: try encode(configuration), as: UTF8.self), "controller.json", in: directory)
+    }
+
+    /// Removes what a failed `initialize` wrote: the directory, or only its contents when it existed before.
+    private static func discard(_ directory: String, existed: Bool) {
+        let manager = FileManager.default
+        if existed {
+            for name in (try? manager.contentsOfDirectory(atPath: directory)) ?? [] {
+                try? manager.removeItem(atPath: "\(directory)/\(name)")
+            }
+        } else {
+            try? manager.removeItem(atPath: directory)
+        }
     }
 
     private static func write(_ text: String, _ name: String, in directory: String) throws(ILSError) {

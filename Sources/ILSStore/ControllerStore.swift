@@ -144,19 +144,8 @@ public struct EnrolledCertificate: Sendable {
     }
 }
 
-/// A controller replica sharing the store.
-public struct ControllerMember: Sendable, Hashable, Codable {
-    /// `host:port` that devices and gateways dial; unique.
-    public var address: String
-    public var startedAt: Int64
-    public var lastSeenAt: Int64
-
-    public init(address: String, startedAt: Int64, lastSeenAt: Int64) {
-        self.address = address
-        self.startedAt = startedAt
-        self.lastSeenAt = lastSeenAt
-    }
-}
+/// A controller replica sharing the store: the same value `GET /v1/controllers` answers with.
+public typealias ControllerMember = ControllerAPI.ControllerInfo
 
 /// A whole store but its audit log, for `controller migrate`.
 public struct StoreRecords: Sendable, Hashable {
