@@ -75,7 +75,11 @@ public struct Controller: Sendable {
     {
         guard let certificateDER else { throw ILSError(.permissionDenied, "renewal needs the current certificate") }
         let presented = try IdentityCertificate(der: certificateDER)
-        let identity = try authenticate(certificateDER: certificateDER, role: presented.role, purpose: "renewal")
+        let identity = try await authenticateLearning(
+            certificateDER: certificateDER,
+            role: presented.role,
+            purpose: "renewal"
+        )
         guard let publicKey = Base64URL.decode(request.publicKey), publicKey.count == 32,
             let proof = Base64URL.decode(request.proof),
             Ed25519.verify(
@@ -146,8 +150,35 @@ public struct Controller: Sendable {
     /// admin. A certificate replaced by `reissue`, or of a deleted, disabled or revoked identity, is refused.
     ///
     /// The TLS layer already verified the chain to our CA; this adds what only the store knows.
-    public func authenticateAdmin(certificateDER: [UInt8]?) throws(ILSError) -> IdentityRecord {
-        try authenticate(certificateDER: certificateDER, role: .admin, purpose: "the admin API")
+    public func authenticateAdmin(certificateDER: [UInt8]?) async throws(ILSError) -> IdentityRecord {
+        try await authenticateLearning(certificateDER: certificateDER, role: .admin, purpose: "the admin API")
+    }
+
+    /// `authenticate`, for callers that may wait: a certificate the directory does not know yet is first looked up
+    /// in the store. With several controllers, a device enrolled or renewed through another one can connect here
+    /// before that controller's change notification arrives; without this it would be refused until then.
+    public func authenticateLearning(certificateDER: [UInt8]?, role: IdentityRole, purpose: String)
+        async throws(ILSError) -> IdentityRecord
+    {
+        await learnIfUnknown(certificateDER: certificateDER)
+        return try authenticate(certificateDER: certificateDER, role: role, purpose: purpose)
+    }
+
+    /// Whether the directory holds no identity whose current certificate is this one (a certificate we cannot
+    /// parse is not worth a store read: `authenticate` refuses it).
+    func directoryMisses(certificateDER: [UInt8]?) -> IdentityCertificate? {
+        guard let certificateDER, let presented = try? IdentityCertificate(der: certificateDER) else { return nil }
+        let known = state.identities.identity(id: presented.id)?.certificateFingerprint
+        return known == presented.fingerprint ? nil : presented
+    }
+
+    /// Reads the presented certificate's identity from the store if the directory misses it. The chain to our CA is
+    /// already verified, so only our own certificates (current, replaced or of deleted identities) get here, and
+    /// connections are capped before TLS: the store sees at most one bounded read per such connection. A store
+    /// that cannot answer leaves the directory as it was, and `authenticate` answers from it.
+    func learnIfUnknown(certificateDER: [UInt8]?) async {
+        guard let presented = directoryMisses(certificateDER: certificateDER) else { return }
+        _ = try? await state.identities.refresh(id: presented.id, from: state.store)
     }
 
     /// The active identity with this current certificate and role, or a refusal that says why.

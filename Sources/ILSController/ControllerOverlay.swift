@@ -20,9 +20,28 @@ struct ControllerOverlay: Sendable {
     let keepalive: FabricKeepalive
     let logger: Logger
 
+    private static func peerCertificate(_ channel: any Channel) -> [UInt8]? {
+        try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate?.toDERBytes()
+    }
+
+    /// Runs `configure` once the directory knows the peer's certificate: at once when it does (every connection but
+    /// the first of a device enrolled or renewed through another controller a moment ago), after one bounded store
+    /// read when not (`Controller.learnIfUnknown`). Bytes that arrive meanwhile wait in the ALPN handler.
+    func afterLearning(_ channel: any Channel, _ configure: @escaping @Sendable () throws -> Void)
+        -> EventLoopFuture<Void>
+    {
+        let certificate = Self.peerCertificate(channel)
+        guard controller.directoryMisses(certificateDER: certificate) != nil else {
+            return channel.eventLoop.makeCompletedFuture { try configure() }
+        }
+        let controller = self.controller
+        let learned = channel.eventLoop.makePromise(of: Void.self)
+        learned.completeWithTask { await controller.learnIfUnknown(certificateDER: certificate) }
+        return learned.futureResult.flatMapThrowing { try configure() }
+    }
+
     private func identity(of channel: any Channel, purpose: String) throws(ILSError) -> IdentityRecord {
-        let certificate = try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self)
-            .peerCertificate?.toDERBytes()
+        let certificate = Self.peerCertificate(channel)
         guard let certificate else {
             throw ILSError(.permissionDenied, "\(purpose) needs an enrolled identity's client certificate")
         }

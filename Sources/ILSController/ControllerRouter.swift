@@ -83,7 +83,11 @@ struct ControllerRouter: Sendable {
                 throw ILSError(.permissionDenied, "no client certificate was presented")
             }
             let presented = try IdentityCertificate(der: certificate)
-            _ = try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: "the list")
+            _ = try await controller.authenticateLearning(
+                certificateDER: certificate,
+                role: presented.role,
+                purpose: "the list"
+            )
             return try Self.json(try await controller.controllers())
         case (.GET, "v1/whoami"):
             // Any enrolled, active identity may ask how the controller sees it (ils-gateway status).
@@ -92,10 +96,14 @@ struct ControllerRouter: Sendable {
             }
             let presented = try IdentityCertificate(der: certificate)
             return try Self.json(
-                try controller.authenticate(certificateDER: certificate, role: presented.role, purpose: "status")
+                try await controller.authenticateLearning(
+                    certificateDER: certificate,
+                    role: presented.role,
+                    purpose: "status"
+                )
             )
         case (_, _) where segments.starts(with: ["v1", "admin"]):
-            let admin = try controller.authenticateAdmin(certificateDER: request.clientCertificate)
+            let admin = try await controller.authenticateAdmin(certificateDER: request.clientCertificate)
             return try await routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)
         default:
             throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")

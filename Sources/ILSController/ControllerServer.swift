@@ -168,13 +168,13 @@ public final class ControllerServer: Service, Sendable {
                         // ALPN tells the connection kinds apart on the one port.
                         try pipeline.addHandler(
                             ApplicationProtocolNegotiationHandler { result, channel in
-                                channel.eventLoop.makeCompletedFuture {
-                                    switch result {
-                                    case .negotiated(FabricProtocol.dialALPN):
-                                        try overlay.configureDevice(channel)
-                                    case .negotiated(FabricProtocol.hostALPN):
-                                        try overlay.configureGateway(channel)
-                                    default:
+                                switch result {
+                                case .negotiated(FabricProtocol.dialALPN):
+                                    return overlay.afterLearning(channel) { try overlay.configureDevice(channel) }
+                                case .negotiated(FabricProtocol.hostALPN):
+                                    return overlay.afterLearning(channel) { try overlay.configureGateway(channel) }
+                                default:
+                                    return channel.eventLoop.makeCompletedFuture {
                                         try Self.configureAPIPipeline(
                                             channel.pipeline.syncOperations,
                                             router: router,

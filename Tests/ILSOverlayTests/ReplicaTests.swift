@@ -106,4 +106,52 @@ struct ReplicaTests {
             #expect(try await Self.health(tunnel: port) == 200)
         }
     }
+
+    /// The replica shares a SQLite store with A and has no change feed from it: what A writes reaches B's directory
+    /// only when B reads the store. A certificate B has not heard of makes B read that identity first.
+    @Test(
+        "a replica reads an identity it has not heard of from the store: a new device dials, a new admin calls, a renewal goes through; a device revoked meanwhile is still refused there"
+    )
+    func replicaLearnsIdentitiesOnFirstSight() async throws {
+        try await withCluster { cluster in
+            let b = try await cluster.startReplica()
+            let replica = cluster.replicas[0].state
+            #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(b) })
+
+            var tablet = try await cluster.enroll("tablet", role: .device)
+            #expect(replica.identities.identity(named: "tablet") == nil)
+            tablet.controller = b.description
+            tablet.controllers = []
+            let port = try await cluster.startTunnel(identity: tablet)
+            #expect(try await Self.health(tunnel: port) == 200)
+            #expect(replica.identities.identity(named: "tablet")?.state == .active)
+
+            // A new admin's first call, and a renewal, through B.
+            var ops = try await cluster.enroll("ops", role: .admin)
+            ops.controller = b.description
+            ops.controllers = []
+            let listed: [IdentityRecord] = try await ControllerClient(identityFile: ops).call(
+                .GET,
+                "/v1/admin/identities"
+            )
+            #expect(listed.map(\.name).contains("tablet"))
+            let opsPath = "\(cluster.directory)/identities/ops-b.json"
+            try IdentityFileIO.write(ops, to: opsPath, overwrite: false)
+            let renewed = try await Renewal.renew(path: opsPath)
+            #expect(renewed.certificate != ops.certificate)
+
+            // Revoked through A before B ever saw it: B reads the revocation and refuses, with the reason.
+            var lost = try await cluster.enroll("lost", role: .device)
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/lost/revoke")
+            #expect(replica.identities.identity(named: "lost") == nil)
+            lost.controller = b.description
+            lost.controllers = []
+            let lostPort = try await cluster.startTunnel(identity: lost)
+            let refused = try await TestHTTPConnection(port: lostPort)
+            try await refused.sendRequest("GET", "/health", headers: [("Connection", "close")])
+            let head = try await refused.readHead()
+            #expect(head.status == 403)
+            #expect(replica.identities.identity(named: "lost")?.state == .revoked)
+        }
+    }
 }
