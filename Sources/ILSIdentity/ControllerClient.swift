@@ -36,24 +36,44 @@ public struct ControllerClient: Sendable {
     static let maximumResponseBytes = 8 * 1024 * 1024
 
     public let address: ControllerAddress
+    /// The cluster's other controllers, tried in order when `address` cannot be reached at all. Only a connection
+    /// that was never made moves on: once a request byte may have been sent, its answer (or its failure) is final,
+    /// so a change is never sent twice.
+    public var fallbacks: [ControllerAddress]
     public let trust: Trust
     public let identity: ClientIdentity?
     public var timeout: TimeAmount = .seconds(10)
 
-    public init(address: ControllerAddress, trust: Trust, identity: ClientIdentity? = nil) {
+    public init(
+        address: ControllerAddress,
+        trust: Trust,
+        identity: ClientIdentity? = nil,
+        fallbacks: [ControllerAddress] = []
+    ) {
         self.address = address
         self.trust = trust
         self.identity = identity
+        self.fallbacks = fallbacks
     }
 
-    /// An admin (or any identity) client from an identity file.
+    /// An admin (or any identity) client from an identity file: its controller first, then the others it lists.
     public init(identityFile: IdentityFile) throws(ILSError) {
         try IdentityValidity.check(identityFile)
+        let address = try ControllerAddress(parsing: identityFile.controller)
         self.init(
-            address: try ControllerAddress(parsing: identityFile.controller),
+            address: address,
             trust: .certificateAuthority(identityFile.caCertificate),
-            identity: ClientIdentity(certificatePEM: identityFile.certificate, privateKeyPEM: identityFile.privateKey)
+            identity: ClientIdentity(certificatePEM: identityFile.certificate, privateKeyPEM: identityFile.privateKey),
+            fallbacks: identityFile.controllerAddresses.filter { $0 != address }
         )
+    }
+
+    /// The same identity and trust, speaking to `address` only (the CLI asks each controller of a cluster for what
+    /// only that one knows: its live sessions).
+    public func only(_ address: ControllerAddress) -> ControllerClient {
+        var client = ControllerClient(address: address, trust: trust, identity: identity)
+        client.timeout = timeout
+        return client
     }
 
     /// Sends a request and decodes a JSON answer; a refusal becomes the `ILSError` its code names.
@@ -71,7 +91,7 @@ public struct ControllerClient: Sendable {
                 throw ILSError(.internalError, "could not encode the request")
             }
         }
-        let (status, responseBody) = try await send(method, path, body: data)
+        let (status, responseBody) = try await sendFailingOver(method, path, body: data)
         guard (200..<300).contains(status) else {
             throw Self.error(status: status, body: responseBody)
         }
@@ -97,8 +117,34 @@ public struct ControllerClient: Sendable {
         return ILSError(code, reason)
     }
 
-    /// One request on a fresh TLS connection.
-    func send(_ method: HTTPMethod, _ path: String, body: Data?) async throws(ILSError) -> (Int, Data) {
+    /// `send` to `address`, then to each fallback in turn while the controller could not be connected to.
+    func sendFailingOver(_ method: HTTPMethod, _ path: String, body: Data?) async throws(ILSError) -> (Int, Data) {
+        var unreachable: [String] = []
+        for address in [address] + fallbacks {
+            do {
+                return try await send(method, path, body: body, to: address)
+            } catch let error as Unreachable {
+                unreachable.append(error.reason)
+            } catch {
+                throw Self.asILSError(error)
+            }
+        }
+        throw ILSError(.unavailable, unreachable.joined(separator: "; "))
+    }
+
+    /// The connection to a controller was never made: nothing was sent, so another controller may be asked.
+    struct Unreachable: Error {
+        var reason: String
+    }
+
+    private static func asILSError(_ error: any Error) -> ILSError {
+        (error as? ILSError) ?? ILSError(.unavailable, "the controller request failed: \(describe(error))")
+    }
+
+    /// One request on a fresh TLS connection to `address`; `Unreachable` if no connection was made.
+    private func send(_ method: HTTPMethod, _ path: String, body: Data?, to address: ControllerAddress) async throws(any Error)
+        -> (Int, Data)
+    {
         let sslContext = try makeSSLContext()
         let trust = self.trust
         let host = address.host
@@ -146,7 +192,7 @@ public struct ControllerClient: Sendable {
                 }
                 .connect(host: address.host, port: address.port).get()
         } catch {
-            throw ILSError(.unavailable, "could not reach the controller at \(address): \(Self.describe(error))")
+            throw Unreachable(reason: "could not reach the controller at \(address): \(Self.describe(error))")
         }
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: "\(address.host):\(address.port)")

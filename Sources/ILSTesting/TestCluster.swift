@@ -22,6 +22,10 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var gateways: [OverlayGateway] = []
     public private(set) var backends: [TestBackend] = []
     public private(set) var tunnel: Tunnel?
+    /// Tunnels started after the first (`startTunnel`), shut down by `stop` as the first is.
+    private var moreTunnels: [Tunnel] = []
+    /// The stores `restartController` opened, closed by `stop`.
+    private var restartedStores: [any ControllerStore] = []
     public private(set) var tunnelPort = 0
     /// Controller replicas started with `startReplica`, sharing the first controller's store object.
     public private(set) var replicas: [(server: ControllerServer, state: ControllerState)] = []
@@ -68,10 +72,11 @@ public final class TestCluster: @unchecked Sendable {
 
     /// Starts a controller, `gateways` gateways (each with its own backend) and a tunnel for a device `ipad`.
     /// `configureProxy` adjusts each gateway's proxy settings (limits, timeouts) before it starts.
-    /// `store`, when given, is the controller's store (PostgreSQL in the cluster tests); else a SQLite file.
+    /// `store`, when given, makes the controller's store (a fresh PostgreSQL database in the cluster tests; a retry
+    /// on another port needs an empty one again); else a SQLite file. `stop` closes the store.
     public static func start(
         gateways: Int = 1,
-        store: (any ControllerStore)? = nil,
+        store: (@Sendable () async throws -> any ControllerStore)? = nil,
         configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     ) async throws -> TestCluster {
         let cluster = try await startController(store: store)
@@ -83,8 +88,12 @@ public final class TestCluster: @unchecked Sendable {
 
     /// A controller on a free port. The port is picked before the state is made (its address goes into the state),
     /// so another socket can take it in between; then this starts over on another port, a few times.
-    private static func startController(attempts: Int = 5, store: (any ControllerStore)?) async throws -> TestCluster {
+    private static func startController(
+        attempts: Int = 5,
+        store makeStore: (@Sendable () async throws -> any ControllerStore)?
+    ) async throws -> TestCluster {
         for attempt in 1...attempts {
+            let store = try await makeStore?()
             let id = String(UUID().uuidString.prefix(8)).lowercased()
             let logger = makeLogger(id: id)
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-cluster-\(UUID())").path
@@ -113,6 +122,7 @@ public final class TestCluster: @unchecked Sendable {
                     controller: server
                 )
             } catch {
+                await state.store.close()
                 guard attempt < attempts, error.reason.contains("Address already in use") else { throw error }
             }
             try? FileManager.default.removeItem(atPath: directory)
@@ -175,6 +185,8 @@ public final class TestCluster: @unchecked Sendable {
         if self.tunnel == nil {
             self.tunnel = tunnel
             self.tunnelPort = port
+        } else {
+            moreTunnels.append(tunnel)
         }
         return port
     }
@@ -246,6 +258,7 @@ public final class TestCluster: @unchecked Sendable {
     public func restartController() async throws {
         await controller.shutdown()  // idempotent: fine if it is already down
         let reloaded = try await ControllerState.load(directory: "\(directory)/controller")
+        restartedStores.append(reloaded.store)
         let server = try ControllerServer(
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
@@ -261,9 +274,13 @@ public final class TestCluster: @unchecked Sendable {
         for gateway in gateways { gateway.stop() }
         for task in tasks { _ = try? await task.value }
         await tunnel?.shutdown()
+        for tunnel in moreTunnels { await tunnel.shutdown() }
         await controller.shutdown()
         for replica in replicas { await replica.server.shutdown() }
         for backend in backends { await backend.stop() }
+        // Replicas share the first controller's store object; each restart (`restartController`) opened its own.
+        await state.store.close()
+        for store in restartedStores { await store.close() }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -278,7 +295,7 @@ public final class TestCluster: @unchecked Sendable {
         return condition()
     }
 
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(host: "127.0.0.1", port: 0).wait()
         let port = channel.localAddress!.port!

@@ -96,8 +96,13 @@ struct AuditCommand: AsyncParsableCommand {
 struct SessionsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sessions",
-        abstract: "List live circuits: device, service, gateway, start time, bytes each way.",
+        abstract: "List live circuits on every controller: device, service, gateway, controller, start, bytes.",
         discussion: """
+            Each controller relays its own circuits and knows only those, so the command asks every controller of
+            the cluster (GET /v1/controllers, then GET /v1/admin/sessions on each) with the same admin identity.
+            A controller that does not answer is named on stderr; the others' sessions are still printed, and the
+            exit status is then 69 (unavailable), so a script never takes a partial list for the whole.
+
             Examples:
               ils-gateway admin sessions
               ils-gateway admin --identity identities/admin.json sessions --json
@@ -107,24 +112,52 @@ struct SessionsCommand: AsyncParsableCommand {
     @ParentCommand var admin: AdminCommand
     @OptionGroup var identityOption: AdminIdentityOption
 
-    @Flag(help: "Print JSON.")
+    @Flag(help: "Print JSON: every session, each with the controller that relays it.")
     var json = false
 
     func run() async throws {
         let client = try identityOption.client(parent: admin)
-        let sessions: [ControllerAPI.Session] = try await client.call(.GET, "/v1/admin/sessions")
+        let controllers = try await ClusterCalls.controllers(client)
+        let answers = await ClusterCalls.ask(
+            client,
+            "/v1/admin/sessions",
+            at: controllers,
+            as: [ControllerAPI.Session].self
+        )
+        var sessions: [ControllerAPI.Session] = []
+        var failures: [ILSError] = []
+        for answer in answers {
+            switch answer.result {
+            case .success(let listed):
+                sessions += listed.map { session in
+                    var session = session
+                    session.controller = session.controller ?? answer.controller.description
+                    return session
+                }
+            case .failure(let error):
+                failures.append(error)
+                sayToStandardError(
+                    "controller \(answer.controller) did not answer, its sessions are not listed: \(error.reason)"
+                )
+            }
+        }
+        if failures.count == answers.count, let first = failures.first { throw first }
         if json {
             try printJSON(sessions)
-            return
-        }
-        say("DEVICE          SERVICE         GATEWAY         STARTED               FROM-DEVICE  TO-DEVICE")
-        for session in sessions {
+        } else {
             say(
-                cell(session.device, 16) + cell(session.service, 16) + cell(session.gateway, 16)
-                    + cell(formatTime(session.startedAt), 22) + cell(String(session.bytesFromDevice), 13)
-                    + String(session.bytesToDevice)
+                "DEVICE          SERVICE         GATEWAY         STARTED               FROM-DEVICE  TO-DEVICE    "
+                    + "CONTROLLER"
             )
+            for session in sessions {
+                say(
+                    cell(session.device, 16) + cell(session.service, 16) + cell(session.gateway, 16)
+                        + cell(formatTime(session.startedAt), 22) + cell(String(session.bytesFromDevice), 13)
+                        + cell(String(session.bytesToDevice), 13) + (session.controller ?? "-")
+                )
+            }
         }
+        if let first = failures.first { throw ExitCode(first.code.exitCode) }
     }
 }
 

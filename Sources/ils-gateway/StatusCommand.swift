@@ -11,7 +11,11 @@ struct StatusCommand: AsyncParsableCommand {
         abstract: "Show this identity, its certificate expiry, and whether the controller is reachable and accepts it.",
         discussion: """
             Exit status 0 when the controller accepts the identity; 69 when it cannot be reached; 77 when it refuses
-            the identity (revoked, disabled, deleted, replaced or expired certificate).
+            the identity (revoked, disabled, deleted, replaced or expired certificate). When the identity file's
+            controller is down, the next one it lists is asked.
+
+            Once accepted, every controller of the cluster is asked too (GET /v1/controllers, then each one's
+            /v1/whoami): reachable or not, and for an admin identity how many live sessions each one relays.
 
             Example:
               ils-gateway status --identity identities/ipad.json
@@ -33,6 +37,17 @@ struct StatusCommand: AsyncParsableCommand {
         var controllerReachable: Bool
         var accepted: Bool
         var state: IdentityState?
+        var problem: String?
+        /// Every controller of the cluster, once the identity is accepted.
+        var controllers: [ControllerStatus]?
+    }
+
+    struct ControllerStatus: Codable {
+        var address: String
+        var reachable: Bool
+        var accepted: Bool
+        /// Live sessions it relays (admin identities only).
+        var sessions: Int?
         var problem: String?
     }
 
@@ -58,6 +73,7 @@ struct StatusCommand: AsyncParsableCommand {
             report.controllerReachable = true
             report.accepted = true
             report.state = record.state
+            report.controllers = await Self.cluster(client, admin: record.role == .admin)
         } catch {
             report.controllerReachable = error.code != .unavailable
             report.problem = error.reason
@@ -71,7 +87,48 @@ struct StatusCommand: AsyncParsableCommand {
             say("controller:  \(report.controller) — \(report.controllerReachable ? "reachable" : "unreachable")")
             say("accepted:    \(report.accepted ? "yes, state \(report.state?.rawValue ?? "?")" : "no")")
             if let problem = report.problem { say("problem:     \(problem)") }
+            for controller in report.controllers ?? [] {
+                var line = "  " + cell(controller.address, 32)
+                if !controller.reachable {
+                    line += "unreachable"
+                } else {
+                    line += controller.accepted ? "accepts this identity" : "refuses this identity"
+                }
+                if let sessions = controller.sessions { line += ", \(sessions) live sessions" }
+                if let problem = controller.problem { line += ": \(problem)" }
+                if controller.address == report.controllers?.first?.address { say("cluster:") }
+                say(line)
+            }
         }
         if let failure { throw ExitCode(failure.code.exitCode) }
+    }
+
+    /// Each controller's view of this identity (and, for an admin, its session count). A cluster list that cannot
+    /// be read leaves the report without it: the identity's own check above already answered.
+    static func cluster(_ client: ControllerClient, admin: Bool) async -> [ControllerStatus]? {
+        guard let controllers = try? await ClusterCalls.controllers(client) else { return nil }
+        let whoami = await ClusterCalls.ask(client, "/v1/whoami", at: controllers, as: IdentityRecord.self)
+        let sessions =
+            admin
+            ? await ClusterCalls.ask(client, "/v1/admin/sessions", at: controllers, as: [ControllerAPI.Session].self)
+            : []
+        return whoami.enumerated().map { index, answer in
+            var status = ControllerStatus(
+                address: answer.controller.description,
+                reachable: true,
+                accepted: true,
+                sessions: nil,
+                problem: nil
+            )
+            if case .failure(let error) = answer.result {
+                status.reachable = error.code != .unavailable
+                status.accepted = false
+                status.problem = error.reason
+            }
+            if index < sessions.count, case .success(let listed) = sessions[index].result {
+                status.sessions = listed.count
+            }
+            return status
+        }
     }
 }

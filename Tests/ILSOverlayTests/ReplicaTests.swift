@@ -154,4 +154,48 @@ struct ReplicaTests {
             #expect(replica.identities.identity(named: "lost")?.state == .revoked)
         }
     }
+
+    /// The CLI's and the apps' API client: a controller that cannot be connected to is skipped for the next one its
+    /// identity file lists; one that took the connection and then failed is not, so no change is sent twice.
+    @Test(
+        "the API client asks the next controller when one cannot be reached, and never resends a request one took"
+    )
+    func apiClientFailsOverOnlyBeforeSending() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let down = try ControllerAddress(parsing: "https://127.0.0.1:\(try TestCluster.freePort())")
+            var admin = try IdentityFileIO.read("\(cluster.directory)/identities/admin.json")
+            admin.controller = down.description
+            admin.controllers = [down.description, a.description]
+            let record: IdentityRecord = try await ControllerClient(identityFile: admin).call(.GET, "/v1/whoami")
+            #expect(record.name == "admin")
+            // Renewal goes through the same client.
+            let path = "\(cluster.directory)/identities/admin-failover.json"
+            try IdentityFileIO.write(admin, to: path, overwrite: false)
+            #expect(try await Renewal.renew(path: path).certificate != admin.certificate)
+
+            // A controller that accepts the connection and hangs up: the creation may have happened there, so it
+            // is not sent to A, and A has no such identity.
+            let hangUp = try await TestHangUpServer()
+            var renewed = try IdentityFileIO.read(path)
+            renewed.controller = "https://127.0.0.1:\(hangUp.port)"
+            renewed.controllers = [renewed.controller, a.description]
+            let refused = await #expect(throws: ILSError.self) {
+                let _: ControllerAPI.TokenResponse = try await ControllerClient(identityFile: renewed).call(
+                    .POST,
+                    "/v1/admin/identities",
+                    body: ControllerAPI.CreateIdentityRequest(
+                        name: "twice",
+                        role: .device,
+                        attributes: [],
+                        tokenLifetimeSeconds: 600
+                    )
+                )
+            }
+            #expect(refused?.code == .unavailable)
+            #expect(hangUp.connectionsAccepted == 1)
+            #expect(try await cluster.state.store.identity(named: "twice") == nil)
+            await hangUp.stop()
+        }
+    }
 }

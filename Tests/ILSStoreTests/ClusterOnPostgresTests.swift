@@ -13,10 +13,11 @@ import Testing
 @Suite("Two controllers on one PostgreSQL", .serialized)
 struct ClusterOnPostgresTests {
     private static func cluster() async throws -> (TestCluster, ControllerAddress) {
-        // The store is closed by `finish` below: an open client's pool would outlive the test.
-        let url = try TestPostgres.shared().createDatabase()
-        let store = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
-        let cluster = try await TestCluster.start(gateways: 1, store: store)
+        // A fresh database for each try (a retry on another port initializes again); `stop` closes the store: an
+        // open client's pool would outlive the test.
+        let cluster = try await TestCluster.start(gateways: 1) {
+            try await PostgresControllerStore(url: try TestPostgres.shared().createDatabase(), logger: StoreKind.logger)
+        }
         let replica = try await cluster.startReplica()
         return (cluster, replica)
     }
@@ -86,6 +87,5 @@ struct ClusterOnPostgresTests {
 
     private static func finish(_ cluster: TestCluster) async {
         await cluster.stop()
-        await cluster.state.store.close()
     }
 }
