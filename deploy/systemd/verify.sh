@@ -19,6 +19,11 @@ trap 'rm -rf "$WORK"' EXIT
 for unit in deploy/systemd/*.service; do
     sed "s#/usr/local/bin/ils-gateway#$BIN#" "$unit" >"$WORK/$(basename "$unit")"
 done
+# Drop-ins (ils-controller.service.d/: the PostgreSQL store) are checked as part of their unit: verify reads a unit's
+# NAME.d/ beside it, so a bad line in a drop-in fails the unit.
+for dropins in deploy/systemd/*.service.d; do
+    [ -d "$dropins" ] && cp -r "$dropins" "$WORK/"
+done
 
 echo "== systemd-analyze verify $(systemd-analyze --version | head -1)"
 # verify prints nothing for a clean unit; any line is a finding, so any output fails the check.
@@ -31,6 +36,8 @@ if [ -n "$OUT" ]; then
     exit 1
 fi
 echo "verify: all units clean: $(cd "$WORK" && echo ./*.service)"
+DROPINS=$(cd "$WORK" && find . -path './*.service.d/*.conf' | sort | paste -sd ' ' -)
+[ -z "$DROPINS" ] || echo "verify: with drop-ins: $DROPINS"
 
 if systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
     for unit in "$WORK"/*.service; do
