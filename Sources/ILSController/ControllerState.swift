@@ -120,6 +120,14 @@ public struct ControllerState: Sendable {
             )
             let store: any ControllerStore
             if let givenStore {
+                // A store with identities is a cluster's already: a second CA over it would lock every device out.
+                guard try await givenStore.identities().isEmpty else {
+                    throw ILSError(
+                        .conflict,
+                        "this store already holds identities: it is another controller's; "
+                            + "to add a controller to that cluster, use `controller join`"
+                    )
+                }
                 store = givenStore
             } else {
                 store = try SQLiteControllerStore(path: "\(directory)/store.sqlite")

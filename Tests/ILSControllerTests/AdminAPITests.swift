@@ -3,6 +3,7 @@ import ILSClient
 import ILSController
 import ILSCore
 import ILSCrypto
+import ILSStore
 import Testing
 
 @Suite("Admin API and controller state")
@@ -27,6 +28,30 @@ struct AdminAPITests {
             #expect(try FileManager.default.contentsOfDirectory(atPath: state).sorted() == before)
             #expect(try String(contentsOfFile: "\(state)/ca.pem", encoding: .utf8) == caBefore)
             #expect(!FileManager.default.fileExists(atPath: "\(fixture.directory)/other-admin.json"))
+        }
+    }
+
+    @Test("init over a shared store that already has identities is refused, and writes neither state nor admin")
+    func initRefusesAStoreInUse() async throws {
+        try await ControllerFixture.with { fixture in
+            // The fixture's store, as a second `controller init --store URL` would find a cluster's.
+            let store = try SQLiteControllerStore(path: "\(fixture.directory)/state/store.sqlite")
+            let before = try await store.exportRecords()
+            let other = "\(fixture.directory)/second"
+            let refused = await #expect(throws: ILSError.self) {
+                _ = try await ControllerState.initialize(
+                    directory: other,
+                    address: try ControllerAddress(parsing: "https://127.0.0.1:1"),
+                    adminOut: "\(other)-admin.json",
+                    store: store
+                )
+            }
+            #expect(refused?.code == .conflict)
+            #expect(refused?.reason.contains("controller join") == true)
+            #expect(!FileManager.default.fileExists(atPath: other))
+            #expect(!FileManager.default.fileExists(atPath: "\(other)-admin.json"))
+            #expect(try await store.exportRecords() == before)
+            await store.close()
         }
     }
 
