@@ -142,7 +142,8 @@ public struct ControllerClient: Sendable {
     }
 
     /// One request on a fresh TLS connection to `address`; `Unreachable` if no connection was made.
-    private func send(_ method: HTTPMethod, _ path: String, body: Data?, to address: ControllerAddress) async throws(any Error)
+    private func send(_ method: HTTPMethod, _ path: String, body: Data?, to address: ControllerAddress)
+        async throws(any Error)
         -> (Int, Data)
     {
         let sslContext = try makeSSLContext()

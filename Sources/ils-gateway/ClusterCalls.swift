@@ -20,7 +20,8 @@ enum ClusterCalls {
         let listed: [ControllerAPI.ControllerInfo]
         do {
             listed = try await client.call(.GET, "/v1/controllers")
-        } catch where error.code == .notFound {
+        } catch {
+            guard error.code == .notFound else { throw error }
             return [client.address]
         }
         // Written by the controllers themselves, but checked like any address from the network before use.
