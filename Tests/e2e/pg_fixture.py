@@ -32,7 +32,9 @@ COMMAND_TIMEOUT_S = 60.0
 def binaries() -> Optional[Path]:
     """The bin directory of the newest installed PostgreSQL, or None."""
     try:
-        versions = sorted(int(v.name) for v in PG_ROOT.iterdir() if v.name.isdigit() and (v / "bin" / "initdb").is_file())
+        versions = sorted(
+            int(v.name) for v in PG_ROOT.iterdir() if v.name.isdigit() and (v / "bin" / "initdb").is_file()
+        )
     except OSError:
         return None
     return PG_ROOT / str(versions[-1]) / "bin" if versions else None
@@ -55,16 +57,21 @@ class TestPostgres:
         if self.as_postgres:
             shutil.chown(self.directory, "postgres", "postgres")
         os.chmod(self.directory, 0o700)
-        pwfile = self.directory / "pw"
-        pwfile.write_text(PASSWORD + "\n")
-        if self.as_postgres:
-            shutil.chown(pwfile, "postgres", "postgres")
-        self._run(
-            "initdb", "-D", str(self.data), "-U", USER, f"--pwfile={pwfile}", "--auth-local=trust",
-            "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C",
-        )
-        pwfile.unlink()
-        self.start()
+        try:
+            pwfile = self.directory / "pw"
+            pwfile.write_text(PASSWORD + "\n")
+            if self.as_postgres:
+                shutil.chown(pwfile, "postgres", "postgres")
+            self._run(
+                "initdb", "-D", str(self.data), "-U", USER, f"--pwfile={pwfile}", "--auth-local=trust",
+                "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C",
+            )
+            pwfile.unlink()
+            self.start()
+        except BaseException:
+            # pytest.fail is an exception too: a server that never started leaves no directory behind either.
+            self.stop()
+            raise
 
     def _run(self, tool: str, *args: str) -> None:
         argv = [str(self.bin / tool), *args]

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 import pg_fixture
-from conftest import STARTUP_TIMEOUT_S, Backend, Controller, ManagedProcess, cli_env
+from conftest import Backend, Controller, ManagedProcess, cli_env
 from sse_helpers import parse_sse, timed_lines
 from test_faults import Faulty, drain_until_end, gateway_process, open_stream, through_tunnel_ok, wait_until_flowing
 from test_overlay import Tunnel, enroll, wait_for_backend_log
@@ -319,9 +319,11 @@ def test_controller_killed_mid_stream_next_request_fails_over(cluster: Cluster) 
     try:
         wait_gateway_linked(c, c.a, c.b)
         wait_until_flowing(f, 10.0)
+        mark_b = len(c.b.full_log())
         client, response, lines = open_stream(f)
         try:
             assert sessions_of(c.a, "identities/admin.json", "ipad-ab"), "the stream's circuit is not on A"
+            assert "identity=ipad-ab" not in c.b.full_log()[mark_b:], "the device dialled B before A died"
             assert c.a.process is not None and c.a.process.proc is not None
             c.a.process.proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
@@ -337,6 +339,7 @@ def test_controller_killed_mid_stream_next_request_fails_over(cluster: Cluster) 
         print(f"next request through the same tunnel: {outcome}, {answered:.3f} s after SIGKILL of A")
         assert ok, f"the next request after A died did not get through B: {outcome}"
         assert answered <= FAILOVER_BOUND_S, f"failover took {answered:.3f} s (> {FAILOVER_BOUND_S} s)"
+        assert "device connected identity=ipad-ab" in c.b.full_log()[mark_b:], "the request did not go through B"
     finally:
         f.tunnel.stop()
         c.a.restart()  # the same state directory and port: the set-up is whole again
