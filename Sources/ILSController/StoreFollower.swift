@@ -61,7 +61,9 @@ struct StoreFollower: Sendable {
         live.close(identityID: id)
         if !admitted { live.push(HostControlMessage(blocked: controller.blockedIdentityIDs())) }
         logger.notice(
-            "identity changed on another controller; its connections here were closed",
+            // The feed also carries this controller's own writes, and may deliver one before the writer's own
+            // update of the directory: the line says what is certain, that the store changed.
+            "identity changed in the store; its connections here were closed",
             metadata: [
                 "identity": "\(after?.name ?? before?.name ?? id)", "state": "\(after?.state.rawValue ?? "deleted")",
             ]

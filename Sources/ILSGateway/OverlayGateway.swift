@@ -277,10 +277,12 @@ public final class OverlayGateway: Service, Sendable {
     }
 
     /// A controller sent its list of replicas: link to the new ones now; those no longer listed are not redialled.
+    /// Each controller lists itself first, so the same cluster arrives in as many orders as it has controllers: only
+    /// a different set is a change.
     private func controllersChanged(_ list: [String]) {
         let pushed = ControllerAddress.replicas(list)
         let changed = links.withLockedValue { links -> Bool in
-            guard links.pushedControllers != pushed else { return false }
+            guard Set(links.pushedControllers) != Set(pushed) else { return false }
             links.pushedControllers = pushed
             return true
         }
