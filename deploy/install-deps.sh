@@ -17,6 +17,8 @@ command -v iptables >/dev/null || need_apt+=(iptables)   # the silent-drop tests
 command -v ss >/dev/null || need_apt+=(iproute2)
 # PostgreSQL's server binaries: the store tests start their own server (initdb into a temporary directory).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+# A test run that hangs is stopped with every thread's backtrace (deploy/bounded.sh).
+command -v gdb >/dev/null || need_apt+=(gdb)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2

@@ -13,12 +13,13 @@ echo "== swift build" >&2
 swift build --build-tests
 
 echo "== swift test" >&2
-swift test --skip-build --skip ILSStoreTests
+# Bounded (deploy/bounded.sh): a healthy run takes about a minute; a hang fails here with every thread's backtrace.
+./deploy/bounded.sh 900 "swift test" swift test --skip-build --skip ILSStoreTests
 # The store suites on their own: they start PostgreSQL servers on free ports (and stop one to play an outage); run
 # beside the proxy suites, a test that stops its backend and dials the port again once reached a PostgreSQL server
 # that had taken it.
 echo "== swift test: stores (SQLite and a PostgreSQL the tests start)" >&2
-swift test --skip-build --filter ILSStoreTests
+./deploy/bounded.sh 600 "swift test: stores" swift test --skip-build --filter ILSStoreTests
 
 echo "== end-to-end tests (real binary, sample FastAPI backend)" >&2
 BIN_PATH="$(swift build --show-bin-path)"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# deploy/bounded.sh SECONDS LABEL COMMAND...: runs COMMAND with its output line-buffered (so a log shows how far it
+# got, not the last 4 KiB block it flushed), and if it is still running after SECONDS, prints every thread's
+# backtrace of each Swift test process (gdb, when installed) and stops the whole command. A hang then fails the
+# step with evidence in minutes instead of using up CI's time limit with nothing to show.
+set -uo pipefail
+limit=$1 label=$2
+shift 2
+setsid stdbuf -oL -eL "$@" &
+pid=$!
+(
+    sleep "$limit"
+    kill -0 "$pid" 2>/dev/null || exit 0
+    echo "== $label: still running after ${limit}s; thread backtraces of the test processes, then stopping it" >&2
+    for test_pid in $(pgrep -g "$pid" -f 'PackageTests.xctest'); do
+        if command -v gdb >/dev/null; then
+            echo "== backtraces of $test_pid" >&2
+            timeout 120 gdb -p "$test_pid" -batch -ex 'thread apply all bt 25' 2>&1 | grep -v '^\[New LWP' | head -1500 >&2
+        fi
+    done
+    kill -TERM -- "-$pid" 2>/dev/null
+    sleep 10
+    kill -KILL -- "-$pid" 2>/dev/null
+) &
+watchdog=$!
+wait "$pid"
+status=$?
+kill "$watchdog" 2>/dev/null
+wait "$watchdog" 2>/dev/null
+if [ "$status" -ge 128 ]; then echo "== $label: stopped (status $status)" >&2; fi
+exit "$status"
