@@ -12,10 +12,11 @@ pid=$!
     sleep "$limit"
     kill -0 "$pid" 2>/dev/null || exit 0
     echo "== $label: still running after ${limit}s; thread backtraces of the test processes, then stopping it" >&2
-    for test_pid in $(pgrep -g "$pid" -f 'PackageTests.xctest'); do
+    for test_pid in $(pgrep -s "$pid" -f 'PackageTests.xctest'); do
         if command -v gdb >/dev/null; then
             echo "== backtraces of $test_pid" >&2
-            timeout 120 gdb -p "$test_pid" -batch -ex 'thread apply all bt 25' 2>&1 | grep -v '^\[New LWP' | head -1500 >&2
+            timeout 180 gdb -p "$test_pid" -batch -iex 'set complaints 0' -ex 'thread apply all bt 25' 2>&1 |
+                grep -v -e '^\[New LWP' -e '^During symbol reading' -e '^warning: Section' | head -1500 >&2
         fi
     done
     kill -TERM -- "-$pid" 2>/dev/null

@@ -185,13 +185,26 @@ public final class TestHTTPConnection: @unchecked Sendable {
         return buffer.readSlice(length: buffer.readableBytes)!
     }
 
-    /// Whether the server closed the connection (reads return end of stream) rather than sending more.
-    public func isClosedByPeer() async -> Bool {
-        do {
-            while try await fill() {}
-            return true
-        } catch {
-            return true
+    /// Whether the server closed the connection (reads return end of stream) within `limit`, rather than going on
+    /// sending (or sitting idle): false after `limit`, so a stream that is never cut fails its test instead of
+    /// hanging it.
+    public func isClosedByPeer(within limit: Duration = .seconds(60)) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                do {
+                    while try await self.fill() {}
+                    return true
+                } catch {
+                    return !Task.isCancelled
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
         }
     }
 

@@ -10,7 +10,7 @@ import Testing
 
 /// Two controllers on one PostgreSQL, a gateway linked to both, devices on either: what several controllers must
 /// keep true.
-@Suite("Two controllers on one PostgreSQL", .serialized)
+@Suite("Two controllers on one PostgreSQL", .serialized, .timeLimit(.minutes(3)))
 struct ClusterOnPostgresTests {
     private static func cluster() async throws -> (TestCluster, ControllerAddress) {
         // A fresh database for each try (a retry on another port initializes again); `stop` closes the store: an

@@ -5,7 +5,7 @@ import ILSTesting
 import Testing
 
 /// What every `ControllerStore` must do, run against SQLite and against a real PostgreSQL the tests start.
-@Suite("ControllerStore contract", .serialized)
+@Suite("ControllerStore contract", .serialized, .timeLimit(.minutes(3)))
 struct ControllerStoreContractTests {
     @Test(
         "identities: create, look up, list by name; a duplicate name is refused and writes nothing",
