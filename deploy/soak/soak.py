@@ -16,7 +16,7 @@ fault window of its path (from the SIGKILL to first success after the restart, p
 failure is an "unexpected failure".
 
 Events, one every --fault-period seconds in the middle of the run, in a cycle: SIGKILL the controller and restart it
-(then PRAGMA integrity_check on its store), SIGKILL the backend and restart it, SIGKILL the overlay gateway and
+(then PRAGMA integrity_check on its SQLite store), SIGKILL the backend and restart it, SIGKILL the overlay gateway and
 restart it, and revoke a throwaway device (create, enroll, start a tunnel, open a live SSE stream, revoke; the stream
 must end at once and the tunnel must refuse new requests). Time to recover (first request through each affected path
 after the restart) is measured by probing.
@@ -27,6 +27,20 @@ pauses and the counts settle (quiescent points); the descriptors at the end must
 point's, and the slope of private memory after warm-up, extrapolated over the run, must stay under the limit. Private
 memory is judged because file-backed pages (the executable's code, faulted in as code paths first run) are not
 memory the process holds on to; RSS is reported beside it. Exit status 0 only if everything holds.
+
+Two controllers (--controllers 2; the default is 1, as above): a PostgreSQL server this run starts (Tests/e2e/
+pg_fixture.py: initdb in a temporary directory, stopped at the end whatever happens), controller A on it (`controller
+init --store`), B joined (`controller join`); the devices and the overlay gateway are enrolled through A once B is up,
+so their identity files list both, and the gateway links to both before the load starts. The fault cycle then has
+three controller kills in six events, each SIGKILLing one controller, A and B in turn, while the other keeps serving:
+the tunnels fail over at once, so the overlay's fault window runs from the kill to the first request through each
+overlay path after it (plus FAULT_GRACE_S), not to the restart. The killed controller is restarted and must answer an
+admin read, and the gateway must link to it again. Meanwhile a writer thread makes admin writes (create, disable,
+revoke identities soak-w-N) through A and B in turn, each with an admin file that dials that controller only, and
+records which were acknowledged; at the end every controller's `admin identity list` must show each identity in the
+state its last acknowledged write left ("lost acknowledged writes" must be 0). A write that failed because its
+controller was killed under it may or may not have been applied: both are allowed, and the report counts each. The
+store password reaches the controllers in PGPASSWORD only, and no log may contain it.
 
 Run it through deploy/soak/run.sh, which picks the binary (ILS_BIN) and installs missing Python packages.
 """
