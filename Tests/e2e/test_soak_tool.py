@@ -161,3 +161,39 @@ def test_schedule_has_every_event_in_two_minutes_and_several_in_thirty() -> None
     _, long = soak.schedule(1800, 180, None)
     assert all(sum(k == kind for _, k in long) >= 4 for kind in soak.FAULT_CYCLE)
     assert max(t for t, _ in long) < 1800 * 0.7
+
+
+def w(seq: int, op: str, name: str, ok: bool, through: str = "A") -> "soak.Write":
+    return soak.Write(seq, through, op, name, ok, float(seq), float(seq) + 0.1)
+
+
+def test_lost_write_check_flags_a_missing_acknowledged_write_and_accepts_a_failed_one() -> None:
+    writes = [
+        w(1, "create", "soak-w-1", True),
+        w(2, "disable", "soak-w-1", True, "B"),
+        w(3, "create", "soak-w-2", True, "B"),
+        w(4, "create", "soak-w-3", False),  # its controller was killed under it: not applied
+        w(5, "disable", "soak-w-2", False),  # killed after committing: applied anyway
+    ]
+    fine = {"soak-w-1": "disabled", "soak-w-2": "disabled"}
+    v = soak.check_writes(writes, fine)
+    assert (v["acknowledged"], v["failed"], v["lost"]) == (3, 2, []), v
+    assert [x["seq"] for x in v["failed_applied"]] == [5] and v["failed_not_applied"] == 1, v
+    # The acknowledged disable of soak-w-1 is not visible (still pending): lost.
+    v = soak.check_writes(writes, {**fine, "soak-w-1": "pending"})
+    assert [(x["seq"], x["observed"]) for x in v["lost"]] == [(2, "pending")], v
+    # An acknowledged create that no controller lists: lost.
+    v = soak.check_writes(writes, {"soak-w-1": "disabled"})
+    assert [x["seq"] for x in v["lost"]] == [3], v
+
+
+def test_cluster_schedule_alternates_the_controller_killed() -> None:
+    _, short = soak.schedule(180, 40, None, controllers=2)
+    kills = [k for _, k in short if k.startswith("controller")]
+    assert kills[:2] == ["controller-A", "controller-B"], short
+    _, long = soak.schedule(3600, 180, None, controllers=2)
+    kills = [k for _, k in long if k.startswith("controller")]
+    assert len(kills) >= 10 and kills == [f"controller-{'AB'[i % 2]}" for i in range(len(kills))], kills
+    assert {soak.fault_kind(k) for _, k in long} == set(soak.FAULT_CYCLE)
+    # one controller: today's plain "controller" events
+    assert "controller" in [k for _, k in soak.schedule(180, 40, None)[1]]

@@ -6,6 +6,11 @@
 #
 #   deploy/soak/run.sh --duration 2m                 # what CI runs (about 3 minutes of wall time)
 #   deploy/soak/run.sh --duration 30m --out /tmp/soak
+#   deploy/soak/run.sh --duration 3m --controllers 2 # two controllers on a PostgreSQL the run starts and stops
+#
+# With --controllers 2 the controller fault SIGKILLs A and B in turn while the other keeps serving, and admin writes
+# made through both during the run must all be visible at the end through each (0 lost acknowledged writes). It needs
+# PostgreSQL installed (deploy/install-deps.sh); run as root, the server runs as the `postgres` user.
 #
 # The binary is $ILS_BIN, else this checkout's `swift build` product (built when missing). Other arguments go to
 # deploy/soak/soak.py (--help lists them).

@@ -16,7 +16,7 @@ fault window of its path (from the SIGKILL to first success after the restart, p
 failure is an "unexpected failure".
 
 Events, one every --fault-period seconds in the middle of the run, in a cycle: SIGKILL the controller and restart it
-(then PRAGMA integrity_check on its store), SIGKILL the backend and restart it, SIGKILL the overlay gateway and
+(then PRAGMA integrity_check on its SQLite store), SIGKILL the backend and restart it, SIGKILL the overlay gateway and
 restart it, and revoke a throwaway device (create, enroll, start a tunnel, open a live SSE stream, revoke; the stream
 must end at once and the tunnel must refuse new requests). Time to recover (first request through each affected path
 after the restart) is measured by probing.
@@ -27,6 +27,20 @@ pauses and the counts settle (quiescent points); the descriptors at the end must
 point's, and the slope of private memory after warm-up, extrapolated over the run, must stay under the limit. Private
 memory is judged because file-backed pages (the executable's code, faulted in as code paths first run) are not
 memory the process holds on to; RSS is reported beside it. Exit status 0 only if everything holds.
+
+Two controllers (--controllers 2; the default is 1, as above): a PostgreSQL server this run starts (Tests/e2e/
+pg_fixture.py: initdb in a temporary directory, stopped at the end whatever happens), controller A on it (`controller
+init --store`), B joined (`controller join`); the devices and the overlay gateway are enrolled through A once B is up,
+so their identity files list both, and the gateway links to both before the load starts. The fault cycle then has
+three controller kills in six events, each SIGKILLing one controller, A and B in turn, while the other keeps serving:
+the tunnels fail over at once, so the overlay's fault window runs from the kill to the first request through each
+overlay path after it (plus FAULT_GRACE_S), not to the restart. The killed controller is restarted and must answer an
+admin read, and the gateway must link to it again. Meanwhile a writer thread makes admin writes (create, disable,
+revoke identities soak-w-N) through A and B in turn, each with an admin file that dials that controller only, and
+records which were acknowledged; at the end every controller's `admin identity list` must show each identity in the
+state its last acknowledged write left ("lost acknowledged writes" must be 0). A write that failed because its
+controller was killed under it may or may not have been applied: both are allowed, and the report counts each. The
+store password reaches the controllers in PGPASSWORD only, and no log may contain it.
 
 Run it through deploy/soak/run.sh, which picks the binary (ILS_BIN) and installs missing Python packages.
 """
@@ -50,6 +64,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Iterable, Optional
 
 import httpx
@@ -62,15 +77,18 @@ sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "deploy" / "backend"))
 
 import conftest  # noqa: E402
+import pg_fixture  # noqa: E402
 from app import fake_answer, pseudorandom_blocks  # noqa: E402
 from conftest import Backend, Controller, Gateway, ManagedProcess, make_certs  # noqa: E402
 from hostile import fd_count  # noqa: E402
 from sse_helpers import parse_sse, timed_lines  # noqa: E402
+from test_cluster import ClusterController, wait_gateway_linked  # noqa: E402
 from test_faults import gateway_process, integrity, sigkill  # noqa: E402
 from test_overlay import Tunnel, enroll  # noqa: E402
 
-# The helpers report a failed start with pytest.fail, whose exception is not an Exception subclass.
-HarnessFailure = pytest.fail.Exception
+# The helpers report a failed start with pytest.fail (a missing PostgreSQL with pytest.skip), whose exceptions are not
+# Exception subclasses.
+HarnessFailure = (pytest.fail.Exception, pytest.skip.Exception)
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -96,6 +114,12 @@ EVENTS_SHARE = 0.6  # events happen in the first 60% of the time after warm-up; 
 
 KINDS = ("sse", "download", "upload", "ws")
 FAULT_CYCLE = ("controller", "backend", "gateway", "revoke")
+# With two controllers, half the events kill one of them: a 3-minute run then kills A and B at least once each, and
+# the controllers are killed alternately across the whole run (A, B, A, B, ...: see label_controller_kills).
+CLUSTER_FAULT_CYCLE = ("controller", "backend", "controller", "gateway", "controller", "revoke")
+CONTROLLER_NAMES = ("A", "B")
+WRITE_INTERVAL_S = (0.3, 1.0)  # the admin writer's pause between writes (uniform)
+CLI_WRITE_TIMEOUT_S = 20.0  # one admin write; a controller killed under it fails the write, it does not hang it
 # Which load paths each fault takes down.
 FAULT_PATHS = {"controller": ("overlay",), "gateway": ("overlay",), "backend": ("overlay", "http")}
 
@@ -236,6 +260,11 @@ class Op:
     nbytes: int = 0
 
 
+def fault_kind(kind: str) -> str:
+    """The fault without its target: "controller-B" -> "controller"."""
+    return kind.split("-", 1)[0]
+
+
 def path_group(path: str) -> str:
     return "http" if path == "http" else "overlay"
 
@@ -263,21 +292,98 @@ def classify(ops: list[Op], windows: list[tuple[str, float, float]]) -> dict:
     return {"table": table, "unexpected": unexpected}
 
 
+@dataclass
+class Write:
+    """One admin write the writer made through one controller. ok: the command exited 0, i.e. the controller
+    acknowledged it; a write that failed may still have been applied (its controller died after committing)."""
+
+    seq: int
+    through: str  # controller name
+    op: str  # create | disable | revoke
+    name: str
+    ok: bool
+    start: float  # seconds since load start
+    end: float
+    detail: str = ""
+
+
+# The identity state each write leaves behind (a created identity waits for enrollment: pending).
+STATE_AFTER = {"create": "pending", "disable": "disabled", "revoke": "revoked"}
+NEXT_OP = {"create": "disable", "disable": "revoke"}  # an identity's writes, in order; revoked is final
+
+
+def check_writes(writes: list[Write], observed: dict[str, str]) -> dict:
+    """Every acknowledged write must be visible: each identity written must be in the state its last acknowledged
+    write left, unless a later write to it failed and that one's state is what is there (a failed write may or may
+    not have been applied: both are allowed, and each is counted, not hidden). observed: name -> state as one
+    controller lists them (a name missing from it: not there). Returns the counts and the offending writes."""
+    by_name: dict[str, list[Write]] = {}
+    for w in sorted(writes, key=lambda w: w.seq):
+        by_name.setdefault(w.name, []).append(w)
+    lost: list[dict] = []
+    failed_applied: list[dict] = []
+    failed_not_applied: list[dict] = []
+    for name, ws in by_name.items():
+        acked = [w for w in ws if w.ok]
+        last_ack = acked[-1] if acked else None
+        later_failed = [w for w in ws if not w.ok and (last_ack is None or w.seq > last_ack.seq)]
+        seen = observed.get(name)
+        if last_ack is not None and seen == STATE_AFTER[last_ack.op]:
+            failed_not_applied += [asdict(w) for w in later_failed]
+            continue
+        applied = [w for w in later_failed if seen == STATE_AFTER[w.op]]
+        if applied:
+            failed_applied.append({**asdict(applied[-1]), "observed": seen})
+            failed_not_applied += [asdict(w) for w in later_failed if w is not applied[-1]]
+        elif last_ack is not None:
+            lost.append({**asdict(last_ack), "observed": seen})
+        elif seen is None:
+            failed_not_applied += [asdict(w) for w in later_failed]
+        else:  # never acknowledged, and in a state none of its writes leaves: not a lost write, but not explained
+            failed_applied.append({**asdict(later_failed[-1]), "observed": seen})
+    return {"acknowledged": sum(w.ok for w in writes), "failed": sum(not w.ok for w in writes), "lost": lost,
+            "failed_applied": failed_applied, "failed_not_applied": len(failed_not_applied)}
+
+
+def label_controller_kills(plan: list[tuple[float, str]], controllers: int) -> list[tuple[float, str]]:
+    """With several controllers, each "controller" event names the one it kills, in turn (A, B, A, ...), so that
+    the other one keeps serving and every controller is killed as often as the others."""
+    if controllers < 2:
+        return plan
+    out, k = [], 0
+    for at, kind in plan:
+        if kind == "controller":
+            kind = f"controller-{CONTROLLER_NAMES[k % controllers]}"
+            k += 1
+        out.append((at, kind))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The system under test
 # ------------------------------------------------------------------------------------------------------------------
 
 
 class System:
-    """Controller, overlay gateway, backend, long-lived tunnels and the HTTP-mode gateway; processes that get killed
-    are replaced by new objects, so always go through these attributes."""
+    """Controller(s), overlay gateway, backend, long-lived tunnels and the HTTP-mode gateway; processes that get
+    killed are replaced by new objects, so always go through these attributes.
 
-    def __init__(self, binary: Path, work: Path, logs: Path, devices: int) -> None:
+    One controller: SQLite in its state directory, as a single-controller deployment runs. Two: A (`controller init
+    --store`) and B (`controller join`) on a PostgreSQL server this run starts and stops (pg_fixture); the devices
+    and the gateway are enrolled through A once B has joined, so their identity files list both, in that order."""
+
+    def __init__(self, binary: Path, work: Path, logs: Path, devices: int, controllers: int = 1) -> None:
         self.work = work
         self.logs = logs
         self.devices = [f"soak-dev-{i + 1}" for i in range(devices)]
-        self.controller = Controller(binary, work / "root", logs)
-        self.controller.root.mkdir()
+        self.pg: Optional[pg_fixture.TestPostgres] = None
+        self.store = ""
+        root = work / "root"
+        root.mkdir()
+        if controllers == 1:
+            self.controllers: dict[str, Controller] = {"": Controller(binary, root, logs)}
+        else:
+            self.controllers = {n: ClusterController(n, binary, root, logs, "") for n in CONTROLLER_NAMES[:controllers]}
         self.backend: Optional[Backend] = None
         self.gateway: Optional[ManagedProcess] = None
         self.http: Optional[Gateway] = None
@@ -285,16 +391,38 @@ class System:
         self.certs = None
         self.lock = threading.Lock()  # guards process replacement against the sampler
 
+    @property
+    def controller(self) -> Controller:
+        """The first controller: the one every identity is created and enrolled through."""
+        return next(iter(self.controllers.values()))
+
+    @property
+    def clustered(self) -> bool:
+        return len(self.controllers) > 1
+
+    def role(self, name: str) -> str:
+        return f"controller-{name}" if name else "controller"
+
+    def admin_file(self, name: str) -> str:
+        """The admin identity file that dials controller `name` only (one controller: the one init wrote)."""
+        return f"identities/admin-{name}.json" if name else "identities/admin.json"
+
     def start(self) -> None:
-        r = self.controller.init()
-        if r.returncode != 0:
-            raise RuntimeError(f"controller init failed\n{r.describe()}")
-        self.controller.start()
+        if self.clustered:
+            self.start_cluster()
+        else:
+            r = self.controller.init()
+            if r.returncode != 0:
+                raise RuntimeError(f"controller init failed\n{r.describe()}")
+            self.controller.start()
         self.backend = Backend(self.logs)
         self.backend.start()
         enroll(self.controller, "soak-gw", "gateway")
         for name in self.devices:
             enroll(self.controller, name, "device")
+            listed = json.loads((self.controller.root / "identities" / f"{name}.json").read_text()).get("controllers")
+            if self.clustered and listed != [c.address for c in self.controllers.values()]:
+                raise RuntimeError(f"{name}'s identity file lists controllers {listed}, expected all of them in order")
         self.start_gateway()
         for i, name in enumerate(self.devices):
             t = Tunnel(self.controller, name, self.logs)
@@ -306,17 +434,45 @@ class System:
         self.http = Gateway(self.controller.binary, "tls", self.backend, self.certs, self.logs, [])
         self.http.start()
 
+    def start_cluster(self) -> None:
+        """PostgreSQL, A on it, B joined to it, and an admin file per controller that dials that one only."""
+        self.pg = pg_fixture.start_postgres()
+        atexit.register(self.pg.stop)  # idempotent; a backstop for an exit that skips stop()
+        self.store = self.pg.create_database()
+        # Every controller command gets the password through the environment (cli_env), never on a command line.
+        os.environ["PGPASSWORD"] = pg_fixture.PASSWORD
+        a, *others = self.controllers.values()
+        for c in self.controllers.values():
+            c.store = self.store
+        r = a.cli("controller", "init", "--state-dir", str(a.state_dir), "--address", a.address, "--store", self.store)
+        if r.returncode != 0:
+            raise RuntimeError(f"controller init --store failed\n{r.describe()}")
+        a.start()
+        for b in others:
+            r = b.cli("controller", "join", "--identity", "identities/admin.json", "--address", b.address,
+                      "--state-dir", str(b.state_dir))
+            if r.returncode != 0:
+                raise RuntimeError(f"controller join ({b.name}) failed\n{r.describe()}")
+            b.start()
+        admin = json.loads((a.root / "identities" / "admin.json").read_text())
+        for name, c in self.controllers.items():
+            path = a.root / self.admin_file(name)
+            path.write_text(json.dumps({**admin, "controller": c.address, "controllers": [c.address]}, indent=2))
+            os.chmod(path, 0o600)
+
     def start_gateway(self) -> None:
         g = gateway_process(self.controller, self.backend, self.logs, identity="soak-gw")
         g.start()
         g.wait_for_log("hosting service")
+        if self.clustered:  # it learns the other controllers from the first and links to each
+            wait_gateway_linked(SimpleNamespace(gateway=g), *self.controllers.values())
         with self.lock:
             self.gateway = g
 
     def processes(self) -> list[tuple[str, ManagedProcess]]:
         with self.lock:
-            out = [("controller", self.controller.process), ("gateway-overlay", self.gateway),
-                   ("backend", self.backend), ("gateway-http", self.http)]
+            out = [(self.role(n), c.process) for n, c in self.controllers.items()]
+            out += [("gateway-overlay", self.gateway), ("backend", self.backend), ("gateway-http", self.http)]
             out += [(f"tunnel-{path}", t) for path, t in self.tunnels.items()]
         return [(role, p) for role, p in out if p is not None and p.alive()]
 
@@ -355,18 +511,26 @@ class System:
             return False, repr(e)
 
     def stop(self) -> dict[str, Optional[int]]:
-        """SIGTERM everything still running (SIGKILL after 5 s); returns each role's exit status."""
+        """SIGTERM everything still running (SIGKILL after 5 s), then stop PostgreSQL; returns each role's exit
+        status."""
         codes: dict[str, Optional[int]] = {}
-        for role, p in [(f"tunnel-{k}", t) for k, t in self.tunnels.items()] + [
-                ("gateway-http", self.http), ("gateway-overlay", self.gateway), ("backend", self.backend),
-                ("controller", self.controller.process)]:
-            if p is not None and p.proc is not None:
+        try:
+            for role, p in [(f"tunnel-{k}", t) for k, t in self.tunnels.items()] + [
+                    ("gateway-http", self.http), ("gateway-overlay", self.gateway), ("backend", self.backend),
+                    *[(self.role(n), c.process) for n, c in self.controllers.items()]]:
+                if p is not None and p.proc is not None:
+                    try:
+                        codes[role] = p.stop()
+                    except Exception as e:  # keep stopping the others
+                        codes[role] = None
+                        log(f"stopping {role}: {e!r}")
+            stop_leftovers()
+        finally:
+            if self.pg is not None:
                 try:
-                    codes[role] = p.stop()
-                except Exception as e:  # keep stopping the others
-                    codes[role] = None
-                    log(f"stopping {role}: {e!r}")
-        stop_leftovers()
+                    self.pg.stop()
+                except (Exception, *HarnessFailure) as e:
+                    log(f"stopping PostgreSQL: {type(e).__name__}: {str(e)[:300]}")
         return codes
 
 
@@ -688,13 +852,16 @@ class Chaos:
             ev.details["error"] = f"{type(e).__name__}: {e}"[:2000]
             log(f"  {kind} failed: {ev.details['error'][:300]}")
         if ev.window is not None:
-            for group in FAULT_PATHS[kind]:
+            for group in FAULT_PATHS[fault_kind(kind)]:
                 self.windows.append((group, *ev.window))
         self.events.append(ev)
         return ev
 
     def fault(self, kind: str, ev: Event) -> None:
         s = self.system
+        if fault_kind(kind) == "controller" and s.clustered:
+            self.kill_one_controller(kind.split("-", 1)[1], ev)
+            return
         victim = {"controller": s.controller.process, "backend": s.backend, "gateway": s.gateway}[kind]
         ev.details["killed_pid"] = victim.pid
         killed = time.monotonic()
@@ -727,6 +894,51 @@ class Chaos:
         log(f"  killed pid {ev.details['killed_pid']}, down {ev.details['down_s']} s, restart took "
             f"{ev.details['restart_s']} s, recovered after {recovered}"
             + (f", integrity_check {ev.details['integrity_check']}" if kind == "controller" else ""))
+
+    def kill_one_controller(self, name: str, ev: Event) -> None:
+        """SIGKILL one controller of the cluster while the others keep serving. The tunnels fail over to the next
+        controller in their list at once, so the overlay's fault window runs from the kill to the first request
+        through each overlay path after it (plus FAULT_GRACE_S), not to the restart; the killed controller is then
+        restarted (same state directory and port) and must serve admin reads again, and the gateway must link to it
+        again, before the next event."""
+        s = self.system
+        c = s.controllers[name]
+        ev.details.update(controller=name, killed_pid=c.process.pid)
+        killed = time.monotonic()
+        ev.window = (killed, killed + RECOVERY_BOUND_S + 60)  # provisional, until failover is measured
+        gateway_mark = len(s.gateway.full_log())
+        sigkill(c.process)
+        paths = [p for p in s.paths() if path_group(p) == "overlay"]
+        recovered = self.wait_recovered(paths, killed)  # through the surviving controller, with it still down
+        ev.details["failover_s"] = recovered
+        ev.details["recovered_s"] = recovered
+        ev.details["outage_s"] = dict(recovered)
+        done = [v for v in recovered.values() if v is not None]
+        if len(done) == len(recovered):
+            ev.window = (killed, killed + max(done) + FAULT_GRACE_S)
+        time.sleep(random.uniform(0.5, 2.0))  # down for a moment more, with the load still running
+        restarting = time.monotonic()
+        c.start()  # returns once the port accepts
+        back = time.monotonic()
+        r = c.cli("admin", "identity", "list", "--identity", s.admin_file(name), "--json")
+        serves = r.returncode == 0
+        relinked: Optional[float] = None
+        deadline = time.monotonic() + RECOVERY_BOUND_S
+        while relinked is None and time.monotonic() < deadline:
+            if any("hosting service" in line and f"controller={c.address}" in line
+                   for line in s.gateway.full_log()[gateway_mark:].splitlines()):
+                relinked = round(time.monotonic() - back, 3)
+            else:
+                time.sleep(0.1)
+        ev.details.update(new_pid=c.process.pid, down_s=round(restarting - killed, 3),
+                          restart_s=round(back - restarting, 3), serves_after_restart=serves,
+                          gateway_relinked_s=relinked)
+        if not serves:
+            ev.details["error"] = f"admin identity list through {name} after its restart failed: {r.stderr[:300]}"
+        ev.ok = len(done) == len(recovered) and serves and relinked is not None
+        log(f"  killed controller {name} (pid {ev.details['killed_pid']}), overlay through the other after "
+            f"{recovered}, restart took {ev.details['restart_s']} s, serves again {serves}, gateway relinked after "
+            f"{relinked} s")
 
     def revoke(self, ev: Event) -> None:
         s, c = self.system, self.system.controller
@@ -798,6 +1010,79 @@ class Chaos:
             f"{[x['outcome'] for x in refusals]}, tunnel exit {code}")
 
 
+class AdminWriter:
+    """Admin writes through the controllers in turn (A, B, A, ...), each with an admin file that dials that one
+    only, so a write to a controller just killed fails instead of failing over: identities `soak-w-N` are created,
+    then disabled, then revoked, one step per write. Each write is recorded with whether its controller acknowledged
+    it (exit 0); an identity whose write failed gets no further writes, so its state can only be the last
+    acknowledged one or the failed one's. The writer pauses with the load at quiescent points."""
+
+    def __init__(self, system: System, t0: float, gate: Gate, seed: int) -> None:
+        self.system = system
+        self.t0 = t0
+        self.gate = gate
+        self.rng = random.Random(f"{seed}-writer")
+        self.writes: list[Write] = []
+        self.open: list[tuple[str, str]] = []  # (identity, its next write), after an acknowledged write
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="admin-writer", daemon=True)
+
+    def run(self) -> None:
+        names = list(self.system.controllers)
+        created = 0
+        while not self.stop.is_set():
+            if not self.gate.enter(self.stop):
+                break
+            try:
+                through = names[len(self.writes) % len(names)]
+                if self.open and self.rng.random() < 0.6:
+                    name, op = self.open.pop(self.rng.randrange(len(self.open)))
+                else:
+                    created += 1
+                    name, op = f"soak-w-{created}", "create"
+                start = time.monotonic() - self.t0
+                ok, detail = self.write(through, op, name)
+                end = time.monotonic() - self.t0
+            finally:
+                self.gate.leave()
+            self.writes.append(Write(len(self.writes) + 1, through, op, name, ok, round(start, 3), round(end, 3),
+                                     detail))
+            if ok and op in NEXT_OP:
+                self.open.append((name, NEXT_OP[op]))
+            self.stop.wait(self.rng.uniform(*WRITE_INTERVAL_S))
+
+    def write(self, through: str, op: str, name: str) -> tuple[bool, str]:
+        c = self.system.controllers[through]
+        admin = self.system.admin_file(through)
+        # create prints the enrollment token on stdout: captured here and dropped, never logged.
+        args = (["admin", "identity", "create", name, "--role", "device", "--identity", admin] if op == "create"
+                else ["admin", "identity", op, "--identity", admin, name])
+        try:
+            r = c.cli(*args, timeout=CLI_WRITE_TIMEOUT_S)
+        except HarnessFailure:
+            return False, f"no answer within {CLI_WRITE_TIMEOUT_S:.0f} s"
+        return r.returncode == 0, "" if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()[:300]}"
+
+    def verify(self) -> dict:
+        """Every controller's view of the written identities, checked against the acknowledged writes."""
+        views: dict[str, dict] = {}
+        for through, c in self.system.controllers.items():
+            try:
+                r = c.cli("admin", "identity", "list", "--identity", self.system.admin_file(through), "--json",
+                          timeout=CLI_WRITE_TIMEOUT_S)
+            except HarnessFailure as e:
+                views[through] = {"error": str(e)[:300]}
+                continue
+            if r.returncode != 0:
+                views[through] = {"error": f"exit {r.returncode}: {r.stderr.strip()[:300]}"}
+                continue
+            listed = json.loads(r.stdout)
+            listed = listed.get("identities", []) if isinstance(listed, dict) else listed
+            observed = {i["name"]: i["state"] for i in listed if str(i.get("name", "")).startswith("soak-w-")}
+            views[through] = check_writes(self.writes, observed)
+        return views
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------------------------
@@ -848,10 +1133,29 @@ def fd_checks(first: dict, last: dict) -> list[dict]:
     return out
 
 
+def admin_writes_summary(writes: list[Write], views: dict) -> dict:
+    """The admin writer's counts per controller and, per controller's view at the end, lost acknowledged writes and
+    failed writes that were applied anyway (allowed, reported)."""
+    per = {}
+    for w in writes:
+        row = per.setdefault(w.through, {"acknowledged": 0, "failed": 0})
+        row["acknowledged" if w.ok else "failed"] += 1
+    checked = [v for v in views.values() if "error" not in v]
+    return {
+        "made": len(writes), "acknowledged": sum(w.ok for w in writes), "failed": sum(not w.ok for w in writes),
+        "by_controller": per,
+        "lost": max((len(v["lost"]) for v in checked), default=None) if len(checked) == len(views) else None,
+        "failed_applied": max((len(v["failed_applied"]) for v in checked), default=0),
+        "views": views,
+        "failed_writes": [asdict(w) for w in writes if not w.ok][:200],
+    }
+
+
 def render_markdown(rep: dict) -> str:
     L = [f"# Soak run {rep['started_utc']}", "",
          f"Binary `{rep['binary']}`, load {rep['duration_s'] / 60:.1f} min, warm-up {rep['warmup_s']:.0f} s, "
-         f"events every {rep['event_period_s']:.0f} s, machine: {rep['machine']}.", "",
+         f"events every {rep['event_period_s']:.0f} s, controllers: {rep.get('controllers', 1)}, "
+         f"machine: {rep['machine']}.", "",
          f"**Verdict: {'PASS' if rep['passed'] else 'FAIL'}**" + ("" if rep["passed"] else
                                                                  " — " + "; ".join(rep["failures"])), "",
          "## Requests", "", "| path | kind | ok | failed (in fault windows) | unexpected failures | timeouts | "
@@ -874,6 +1178,23 @@ def render_markdown(rep: dict) -> str:
         L.append(f"| {e['at']:.0f} | {e['kind']} | {d.get('killed_pid')} → {d.get('new_pid')} | {d.get('down_s')} | "
                  f"{d.get('restart_s')} | {rec or d.get('error', '')[:80]} | {outage} | {d.get('integrity_check', '')} | "
                  f"{'yes' if e['ok'] else '**NO**'} |")
+    if rep.get("admin_writes"):
+        w = rep["admin_writes"]
+        L += ["", f"## Controllers and admin writes ({rep['controllers']} controllers on one PostgreSQL)", "",
+              "| controller | SIGKILLs | writes acknowledged | writes failed |", "| --- | ---: | ---: | ---: |"]
+        for n, k in rep["controller_kills"].items():
+            row = w["by_controller"].get(n, {})
+            L.append(f"| {n} | {k} | {row.get('acknowledged', 0)} | {row.get('failed', 0)} |")
+        L += ["", f"Acknowledged writes: **{w['acknowledged']}**; failed (their controller was killed under them): "
+              f"{w['failed']}, of which applied anyway: {w['failed_applied']}; **lost acknowledged writes: "
+              f"{w['lost'] if w['lost'] is not None else 'NOT CHECKED'}** (every controller's `admin identity list` "
+              "at the end compared with the last acknowledged state of each identity written).", ""]
+        for through, v in w["views"].items():
+            if "error" in v:
+                L.append(f"- through {through}: **could not list**: {v['error']}")
+            for x in v.get("lost", [])[:20]:
+                L.append(f"- through {through}: **LOST** #{x['seq']} {x['op']} {x['name']} (acknowledged by "
+                         f"{x['through']} at {x['start']:.1f} s), listed as {x['observed']!r}")
     L += ["", "## Revocations", "", "| at (s) | revoke command (s) | stream ended after it returned (ms) | how | "
           "new requests | tunnel exit | ok |", "| ---: | ---: | ---: | --- | --- | --- | --- |"]
     for e in rep["events"]:
@@ -939,6 +1260,9 @@ def print_summary(rep: dict) -> None:
         if e["kind"] == "revoke":
             info = (f"stream ended {d.get('stream_end_after_cmd_return_s')} s after revoke returned, new requests "
                     f"{[x['outcome'] for x in d.get('new_requests', [])]}, tunnel exit {d.get('tunnel_exit')}")
+        elif "failover_s" in d:
+            info = (f"overlay through the other controller {d['failover_s']} s after the kill, restarted in "
+                    f"{d.get('restart_s')} s, gateway relinked {d.get('gateway_relinked_s')} s later")
         else:
             info = f"recovered {d.get('recovered_s')} s after restart, integrity {d.get('integrity_check', '-')}"
         print(f"t={e['at']:7.1f}s {e['kind']:<10} {'ok ' if e['ok'] else 'BAD'} {info} {d.get('error', '')[:200]}")
@@ -959,6 +1283,11 @@ def print_summary(rep: dict) -> None:
         print(f"quiescent {q['role']:<18} {q['from']:<14} fds {q['fds_first']} -> {q['fds_last']}  "
               f"RSS {q['rss_first_mib']:.1f} -> {q['rss_last_mib']:.1f} MiB, private {q['anon_first_mib']:.1f} -> "
               f"{q['anon_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}")
+    if rep.get("admin_writes"):
+        w = rep["admin_writes"]
+        print(f"\ncontrollers {rep['controllers']}, SIGKILLs {rep['controller_kills']}; admin writes "
+              f"{w['acknowledged']} acknowledged, {w['failed']} failed ({w['failed_applied']} applied anyway), "
+              f"lost acknowledged writes: {w['lost']}")
     print()
     print("PASS" if rep["passed"] else "FAIL: " + "; ".join(rep["failures"]))
 
@@ -968,15 +1297,19 @@ def print_summary(rep: dict) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def schedule(duration: float, warmup: float, period: Optional[float]) -> tuple[float, list[tuple[float, str]]]:
+def schedule(duration: float, warmup: float, period: Optional[float],
+             controllers: int = 1) -> tuple[float, list[tuple[float, str]]]:
     """Event times (seconds since load start): after the warm-up quiescent point, within the first EVENTS_SHARE of
-    the time left, one every `period` seconds, cycling through FAULT_CYCLE."""
+    the time left, one every `period` seconds, cycling through FAULT_CYCLE (CLUSTER_FAULT_CYCLE with several
+    controllers, whose kills alternate between them)."""
+    cycle = FAULT_CYCLE if controllers < 2 else CLUSTER_FAULT_CYCLE
     start = warmup + 15  # the first quiescent point pauses the load for ~10 s
     window = max(0.0, (duration - start) * EVENTS_SHARE)
     if period is None:
-        period = min(45.0, window / len(FAULT_CYCLE))
+        period = min(45.0, window / len(cycle))
     n = int(window // period) if period > 0 else 0
-    return period, [(start + period * (i + 0.5), FAULT_CYCLE[i % len(FAULT_CYCLE)]) for i in range(n)]
+    plan = [(start + period * (i + 0.5), cycle[i % len(cycle)]) for i in range(n)]
+    return period, label_controller_kills(plan, controllers)
 
 
 def main() -> int:
@@ -992,12 +1325,15 @@ def main() -> int:
                     help=f"seconds between RSS/fd samples (default {SAMPLE_S:.0f}, 2 for runs under 10 minutes)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the temporary state directory")
+    ap.add_argument("--controllers", type=int, choices=(1, 2), default=1,
+                    help="1: one controller on SQLite; 2: A and B on a PostgreSQL server the run starts, killed in "
+                         "turn, with admin writes through both checked for lost acknowledged writes")
     args = ap.parse_args()
 
     duration = args.duration
     interval = args.sample_interval or (SAMPLE_S if duration >= 600 else 2.0)
     warmup = min(180.0, max(40.0, 0.10 * duration))
-    period, plan = schedule(duration, warmup, args.fault_period)
+    period, plan = schedule(duration, warmup, args.fault_period, args.controllers)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     random.seed(seed)
     started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -1007,7 +1343,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ils-soak-"))
     binary = work / "ils-gateway"  # a copy: a rebuild during a long run cannot swap the binary under it
     shutil.copy2(args.bin, binary)
-    log(f"soak: {duration:.0f} s of load, warm-up {warmup:.0f} s, {len(plan)} events every {period:.0f} s "
+    log(f"soak: {args.controllers} controller(s), {duration:.0f} s of load, warm-up {warmup:.0f} s, {len(plan)} events every {period:.0f} s "
         f"({', '.join(k for _, k in plan)}), seed {seed}, binary {args.bin}, out {out}")
 
     def on_term(signum, frame):
@@ -1017,8 +1353,10 @@ def main() -> int:
     atexit.register(stop_leftovers)  # backstop, e.g. for a second Ctrl-C during the teardown
     # websockets logs a traceback when a connection dies under it; the worker records the failure itself.
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
-    system = System(binary, work, logs, args.devices)
+    system = System(binary, work, logs, args.devices, args.controllers)
     load: Optional[Load] = None
+    writer: Optional[AdminWriter] = None
+    writes: dict = {}
     sampler: Optional[Sampler] = None
     chaos: Optional[Chaos] = None
     exit_codes: dict = {}
@@ -1033,7 +1371,8 @@ def main() -> int:
     try:
         setup_started = time.monotonic()
         system.start()
-        log(f"set up in {time.monotonic() - setup_started:.1f} s: controller :{system.controller.port}, backend "
+        log(f"set up in {time.monotonic() - setup_started:.1f} s: controller(s) "
+            f"{', '.join(f':{c.port}' for c in system.controllers.values())}, backend "
             f":{system.backend.port}, tunnels {[t.port for t in system.tunnels.values()]}, HTTP mode "
             f":{system.http.port}")
         for p in system.paths():
@@ -1046,6 +1385,9 @@ def main() -> int:
         chaos = Chaos(system, t0, load.stop)
         sampler.thread.start()
         load.start()
+        if system.clustered:
+            writer = AdminWriter(system, t0, load.gate, seed)
+            writer.thread.start()
 
         def sleep_until(t: float) -> None:
             while time.monotonic() - t0 < t:
@@ -1078,19 +1420,33 @@ def main() -> int:
     finally:
         if sampler is not None:
             sampler.stop.set()
+        if writer is not None:
+            writer.stop.set()
+            writer.thread.join(CLI_WRITE_TIMEOUT_S + 5)
         if load is not None:
             load.finish()
+        if writer is not None:
+            try:
+                writes = writer.verify()
+            except (Exception, *HarnessFailure) as e:
+                writes = {"": {"error": f"{type(e).__name__}: {str(e)[:300]}"}}
         unexpected_exits = [role for role, p in
-                            [("controller", system.controller.process), ("gateway-overlay", system.gateway),
+                            [*[(system.role(n), c.process) for n, c in system.controllers.items()],
+                             ("gateway-overlay", system.gateway),
                              ("backend", system.backend), ("gateway-http", system.http),
                              *[(f"tunnel-{k}", t) for k, t in system.tunnels.items()]]
                             if p is not None and p.proc is not None and not p.alive()]
         exit_codes = system.stop()
         store = system.controller.state_dir / "store.sqlite"
         try:
-            final_integrity = integrity(store) if store.exists() else "no store"
+            if system.clustered:
+                final_integrity = "n/a (PostgreSQL)"
+            else:
+                final_integrity = integrity(store) if store.exists() else "no store"
         except Exception as e:
             final_integrity = f"{type(e).__name__}: {e}"
+        leaked = [f.name for f in logs.glob("*.log")
+                  if system.clustered and pg_fixture.PASSWORD in f.read_text(errors="replace")]
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -1135,8 +1491,23 @@ def main() -> int:
                             f"{q['anon_last_mib']:.1f} MiB (end), limit +{QUIESCENT_RSS_LIMIT_MIB:.0f} MiB")
     if not quiescent and not failures:
         failures.append("no quiescent points were taken")
-    if final_integrity != "ok":
+    if final_integrity != "ok" and not system.clustered:
         failures.append(f"controller store after the run: integrity_check {final_integrity!r}")
+    if leaked:
+        failures.append(f"the store password is in these logs: {leaked}")
+    if system.clustered:
+        kills = {n: sum(e["kind"] == f"controller-{n}" for e in events) for n in system.controllers}
+        if writer is None or not writer.writes:
+            failures.append("no admin writes were made")
+        for through, v in writes.items():
+            if "error" in v:
+                failures.append(f"listing identities through controller {through} at the end: {v['error']}")
+            elif v["lost"]:
+                failures.append(f"{len(v['lost'])} acknowledged writes not visible through controller {through}")
+        if not interrupted and sum(fault_kind(k) == "controller" for _, k in plan) >= 2 and not all(kills.values()):
+            failures.append(f"not every controller was killed: {kills}")
+    else:
+        kills = {"controller": sum(e["kind"] == "controller" for e in events)}
     if unexpected_exits and not interrupted:  # Ctrl-C in a terminal reaches the children too
         failures.append(f"processes exited by themselves: {unexpected_exits}")
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the sample backend's clean stop is -15.
@@ -1159,6 +1530,8 @@ def main() -> int:
                                "detail": o.detail} for o in ops if o.outcome == "failed"][:500],
         "samples": [asdict(s) for s in (sampler.samples if sampler else [])],
         "exit_codes": exit_codes, "final_integrity_check": final_integrity, "passed": not failures, "failures": failures,
+        "controllers": len(system.controllers), "controller_kills": kills,
+        "admin_writes": admin_writes_summary(writer.writes if writer else [], writes) if system.clustered else None,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "report.md").write_text(render_markdown(report))
