@@ -288,3 +288,19 @@ def test_join_unit_is_hardened_and_runs_as_the_controller() -> None:
     assert "LoadCredential=admin.json:/etc/ils-gateway/join-admin.json\n" in text
     assert "Before=ils-controller.service\n" in text
     assert "[Install]" not in text, "the join is started by hand, once; it is not enabled"
+
+
+def test_bounded_runner_stops_a_hang_with_its_whole_session_and_passes_exit_codes_through() -> None:
+    """deploy/bounded.sh (around the Swift test runs in deploy/test.sh): a command past its bound is stopped, every
+    process it started too (its output pipe closes, so CI's log reader is not left waiting), and a finished
+    command's exit status is its own."""
+    bounded = str(DEPLOY / "bounded.sh")
+    quick = subprocess.run([bounded, "30", "quick", "bash", "-c", "echo out; exit 3"], capture_output=True,
+                           text=True, timeout=20)
+    assert quick.returncode == 3 and quick.stdout == "out\n", quick
+    hang = subprocess.run([bounded, "2", "hang", "bash", "-c", "sleep 300 & sleep 300"], capture_output=True,
+                          text=True, timeout=60)
+    assert hang.returncode == 143, hang
+    assert "hang: still running after 2s" in hang.stderr
+    leftovers = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
+    assert leftovers.stdout == "", f"processes left behind: {leftovers.stdout}"
