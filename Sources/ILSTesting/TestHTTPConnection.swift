@@ -189,15 +189,30 @@ public final class TestHTTPConnection: @unchecked Sendable {
     /// sending (or sitting idle): false after `limit`, so a stream that is never cut fails its test instead of
     /// hanging it.
     public func isClosedByPeer(within limit: Duration = .seconds(60)) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                do {
-                    while try await self.fill() {}
-                    return true
-                } catch {
-                    return !Task.isCancelled
-                }
+        await Self.answer(within: limit) {
+            do {
+                while try await self.fill() {}
+                return true
+            } catch {
+                return !Task.isCancelled
             }
+        }
+    }
+
+    /// Reads body parts until the response ends or breaks; whether it did within `limit`.
+    public func bodyEnds(within limit: Duration) async -> Bool {
+        await Self.answer(within: limit) {
+            do {
+                while try await self.readBodyPart() != nil {}
+            } catch {}
+            return !Task.isCancelled
+        }
+    }
+
+    /// `body`'s answer, or false when it has none within `limit` (it is then cancelled).
+    private static func answer(within limit: Duration, _ body: @escaping @Sendable () async -> Bool) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await body() }
             group.addTask {
                 try? await Task.sleep(for: limit)
                 return false

@@ -182,7 +182,7 @@ struct HTTPModeDeviceTests {
 
             try await fixture.revoke("laptop")
             #expect(await TestCluster.eventually(.seconds(5)) { fixture.server.blocks(identityID: laptop.identity.id) })
-            #expect(await streamEnds(stream, within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: .seconds(5)))
             #expect(await idle.isClosedByPeer())
             // The other device's stream carries on.
             for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
@@ -243,7 +243,7 @@ struct HTTPModeDeviceTests {
             try await other.sendRequest("GET", "/sse?n=100000&interval_ms=50")
             #expect(try await other.readHead().status == 200)
             try await fixture.invalidate("laptop", by: change)
-            #expect(await streamEnds(stream, within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: .seconds(5)))
             for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
             await other.close()
         }
@@ -355,24 +355,5 @@ struct HTTPModeDeviceTests {
             try await back.sendRequest("GET", "/health")
             #expect(try await back.readHead().status == 200)
         }
-    }
-}
-
-/// Reads body parts until the stream ends or breaks; returns whether it ended within `limit`.
-func streamEnds(_ connection: TestHTTPConnection, within limit: Duration) async -> Bool {
-    await withTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            do {
-                while try await connection.readBodyPart() != nil {}
-            } catch {}
-            return true
-        }
-        group.addTask {
-            try? await Task.sleep(for: limit)
-            return false
-        }
-        let first = await group.next() ?? false
-        group.cancelAll()
-        return first
     }
 }

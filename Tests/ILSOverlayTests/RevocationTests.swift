@@ -5,25 +5,6 @@ import ILSTesting
 import NIOCore
 import Testing
 
-/// Reads body parts until the stream ends or breaks; returns whether it ended within `limit`.
-func streamEnds(_ connection: TestHTTPConnection, within limit: Duration) async -> Bool {
-    await withTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            do {
-                while try await connection.readBodyPart() != nil {}
-            } catch {}
-            return true
-        }
-        group.addTask {
-            try? await Task.sleep(for: limit)
-            return false
-        }
-        let first = await group.next() ?? false
-        group.cancelAll()
-        return first
-    }
-}
-
 @Suite("Revocation and day-2 administration")
 struct RevocationTests {
     /// Opens a long SSE stream through `port` and reads its first event.
@@ -49,7 +30,7 @@ struct RevocationTests {
             let clock = ContinuousClock()
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/revoke")
             let returned = clock.now
-            #expect(await streamEnds(ipad, within: .seconds(5)))
+            #expect(await ipad.bodyEnds(within: .seconds(5)))
             print("revocation: ipad's stream ended \(clock.now - returned) after the command returned")
 
             // The laptop's stream carries on, and its new requests work.
@@ -74,7 +55,7 @@ struct RevocationTests {
         try await withCluster { cluster in
             let stream = try await openStream(cluster.tunnelPort)
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/disable")
-            #expect(await streamEnds(stream, within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: .seconds(5)))
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/enable")
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
             try await connection.sendRequest("GET", "/health")
@@ -157,7 +138,7 @@ struct RevocationTests {
         try await withCluster { cluster in
             let stream = try await openStream(cluster.tunnelPort)
             let _: [String: String] = try await cluster.admin().call(.DELETE, "/v1/admin/identities/ipad")
-            #expect(await streamEnds(stream, within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: .seconds(5)))
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
             try? await connection.sendRequest("GET", "/health")
             #expect(await connection.isClosedByPeer())
