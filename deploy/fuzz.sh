@@ -52,7 +52,8 @@ run_target() {
     cp "$package/Corpus/$name"/* "$work/corpus/"
     if [ -d "$package/Regressions/$name" ]; then cp "$package/Regressions/$name"/* "$work/corpus/" 2>/dev/null || true; fi
     local status=0
-    ILS_FUZZ_TARGET="$name" ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" "$binary" "$work/corpus" \
+    ILS_FUZZ_TARGET="$name" ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
+        LSAN_OPTIONS="suppressions=$PWD/deploy/sanitizers/lsan-fuzz.supp:print_suppressions=0" "$binary" "$work/corpus" \
         -max_total_time="$time_per_target" -rss_limit_mb="$rss_limit_mb" -timeout="$timeout_seconds" \
         -artifact_prefix="$work/findings/" -print_final_stats=1 >"$work/log" 2>&1 || status=$?
     echo "$status" >"$work/status"

@@ -58,6 +58,13 @@ public final class AuditQueue: Sendable {
         }
     }
 
+    /// The writer task holds the stream and the store, not the queue: when the last copy of the controller's state
+    /// lets the queue go, its rows are written and the task ends, releasing the store (before, the task waited on
+    /// the stream for ever and kept every store it was given alive: LeakSanitizer's SQLite connection at exit).
+    deinit {
+        continuation.finish()
+    }
+
     /// Rows lost so far (queue full or store failing).
     public var droppedRows: Int { dropped.withLockedValue { $0 } }
 
