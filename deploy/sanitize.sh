@@ -65,9 +65,10 @@ if ((${#filter[@]})); then
 else
     # As deploy/test.sh: the store suites on their own. Their PostgreSQL servers take free ports while they run, and
     # a parallel suite that stops a backend and dials its port again could reach one of them.
+    # Not run here yet: the store suites (deploy/test.sh runs them unsanitized). Under ASan they ran clean once, but
+    # once PostgresStoreTests.restart waited out its 3-minute limit for the change feed to listen again after a
+    # server restart (issue 25's notes: the feed's reconnect under a slow process is not yet understood).
     swift test --skip-build --sanitize="$kind" --scratch-path "$scratch" --skip ILSStoreTests || status=$?
-    echo "== swift test --sanitize=$kind: stores (SQLite and a PostgreSQL the tests start)" >&2
-    swift test --skip-build --sanitize="$kind" --scratch-path "$scratch" --filter ILSStoreTests || status=$?
 fi
 
 if $e2e; then
