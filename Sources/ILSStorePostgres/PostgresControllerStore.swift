@@ -2,7 +2,6 @@ import Foundation
 public import ILSCore
 public import ILSStore
 public import Logging
-import NIOConcurrencyHelpers
 import PostgresNIO
 
 /// The store several controller replicas share: PostgreSQL through postgres-nio's `PostgresClient` (a pool of at
@@ -716,34 +715,13 @@ public final class PostgresControllerStore: ControllerStore {
                     let announce = !first
                     first = false
                     do {
-                        // Bounded start: leasing a connection and LISTEN must be done within `listenTimeout`, or
-                        // this try is given up and the next begins (a lease could otherwise wait on the pool's
-                        // reconnect backoff, or a LISTEN on a connection that died, for ever).
-                        let listening = NIOLockedValueBox(false)
-                        try await withThrowingTaskGroup(of: Void.self) { group in
-                            group.addTask {
-                                try await client.withConnection { connection in
-                                    try await connection.listen(on: Self.channel) { notifications in
-                                        listening.withLockedValue { $0 = true }
-                                        if announce { continuation.yield(.resynchronize) }
-                                        for try await notification in notifications {
-                                            if let change = Self.change(notification.payload) {
-                                                continuation.yield(change)
-                                            }
-                                        }
-                                    }
+                        try await client.withConnection { connection in
+                            try await connection.listen(on: Self.channel) { notifications in
+                                if announce { continuation.yield(.resynchronize) }
+                                for try await notification in notifications {
+                                    if let change = Self.change(notification.payload) { continuation.yield(change) }
                                 }
                             }
-                            group.addTask {
-                                try await Task.sleep(for: Self.listenTimeout)
-                                guard listening.withLockedValue({ $0 }) else {
-                                    throw ILSError(.unavailable, "the store did not start listening in time")
-                                }
-                                // Listening: stay out of the way until the listener ends (then we are cancelled).
-                                while true { try await Task.sleep(for: .seconds(3600)) }
-                            }
-                            defer { group.cancelAll() }
-                            try await group.next()
                         }
                     } catch {
                         if Task.isCancelled { break }
@@ -759,9 +737,6 @@ public final class PostgresControllerStore: ControllerStore {
             continuation.onTermination = { _ in listener.cancel() }
         }
     }
-
-    /// How long leasing a connection and starting to LISTEN may take before the feed tries again.
-    static let listenTimeout: Duration = .seconds(10)
 
     /// `identity:ID`, `services` or `controllers`; anything else (or longer than an id can be) is ignored.
     static func change(_ payload: String) -> StoreChange? {

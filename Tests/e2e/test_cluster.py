@@ -223,6 +223,13 @@ def test_revocation_through_a_cuts_a_live_stream_on_b(cluster: Cluster) -> None:
         assert table.returncode == 0, table.describe()
         rows = [line for line in table.stdout.splitlines() if line.startswith("tab-b ")]
         assert len(rows) == 1 and rows[0].rstrip().endswith(c.b.address), table.stdout
+        # `status` lists both controllers, each accepting the admin, and counts B's live session there.
+        status = c.a.cli("status", "--identity", "identities/admin.json", "--json")
+        assert status.returncode == 0, status.describe()
+        listed = {x["address"]: x for x in json.loads(status.stdout)["controllers"]}
+        assert set(listed) == {c.a.address, c.b.address}, status.stdout
+        assert all(x["reachable"] and x["accepted"] for x in listed.values()), status.stdout
+        assert listed[c.b.address]["sessions"] >= 1, status.stdout
         c.revoke("tab-b", through=c.a)
         took, how = drain_until_end(lines)
     finally:
@@ -340,6 +347,13 @@ def test_controller_killed_mid_stream_next_request_fails_over(cluster: Cluster) 
         assert ok, f"the next request after A died did not get through B: {outcome}"
         assert answered <= FAILOVER_BOUND_S, f"failover took {answered:.3f} s (> {FAILOVER_BOUND_S} s)"
         assert "device connected identity=ipad-ab" in c.b.full_log()[mark_b:], "the request did not go through B"
+
+        # A is still listed (its heartbeat is under 30 s old) but cannot answer: `admin sessions` through B names it
+        # on stderr, still lists what B relays, and exits 69 so a script never takes the part for the whole.
+        partial = c.b.cli("admin", "sessions", "--identity", "identities/admin-b.json", "--json")
+        assert partial.returncode == 69, partial.describe()
+        assert f"controller {c.a.address} did not answer" in partial.stderr, partial.describe()
+        assert isinstance(json.loads(partial.stdout), list), partial.describe()
     finally:
         f.tunnel.stop()
         c.a.restart()  # the same state directory and port: the set-up is whole again
