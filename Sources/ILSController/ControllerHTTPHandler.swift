@@ -1,8 +1,6 @@
-import Dispatch
 import Foundation
 import ILSCore
 import Logging
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -99,17 +97,7 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
 
     /// Blocks the calling thread until the router answers: only for `.waitingOnCallerThread`, never on an event loop.
     private static func waitForAnswer(_ router: ControllerRouter, _ request: APIRequest) -> APIResponse {
-        let answer = NIOLockedValueBox<APIResponse?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let response = await router.handle(request)
-            // Handed over, not copied: once the caller wakes, the task holds no reference to the answer (LeakSanitizer
-            // in the fuzzer checks the moment an input returns, while this task may still be finishing).
-            answer.withLockedValue { $0 = consume response }
-            done.signal()
-        }
-        done.wait()
-        return answer.withLockedValue { $0 } ?? ControllerRouter.failure(ILSError(.internalError, "no answer"))
+        CallerThread.wait { await router.handle(request) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -4,7 +4,6 @@ import ILSCore
 import ILSCrypto
 import ILSStore
 import Logging
-import NIOConcurrencyHelpers
 import SwiftASN1
 
 /// The fixed PKI and controller every fuzz target runs against, built once per process.
@@ -108,20 +107,14 @@ struct FuzzFixtures: Sendable {
     func controllerState() throws(ILSError) -> ControllerState {
         // The store's calls are asynchronous and a fuzz iteration is not: wait for them on this thread (the store
         // runs them on its own threads).
-        let made = NIOLockedValueBox<Result<ControllerState, ILSError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let result: Result<ControllerState, ILSError>
+        let made = CallerThread.wait { () async -> Result<ControllerState, ILSError> in
             do throws(ILSError) {
-                result = .success(try await makeControllerState())
+                return .success(try await self.makeControllerState())
             } catch {
-                result = .failure(error)
+                return .failure(error)
             }
-            made.withLockedValue { $0 = result }
-            done.signal()
         }
-        done.wait()
-        return try made.withLockedValue { $0 }!.get()
+        return try made.get()
     }
 
     private func makeControllerState() async throws(ILSError) -> ControllerState {
