@@ -25,6 +25,7 @@ public final class PostgresControllerStore: ControllerStore {
     private let client: PostgresClient
     private let running: Task<Void, Never>
     private let logger: Logger
+    private let feedProbe: ChangeFeedProbe
     public let description: String
 
     /// Each entry upgrades the schema by one version (`ils_schema.version`); never edit a shipped entry.
@@ -61,10 +62,11 @@ public final class PostgresControllerStore: ControllerStore {
 
     /// Connects to `url` and brings the schema up to date. Two controllers starting at once migrate one after the
     /// other (a transaction-scoped advisory lock); a schema newer than this build knows is refused.
-    public init(url: String, logger: Logger) async throws(ILSError) {
+    public init(url: String, logger: Logger, feedProbe: ChangeFeedProbe = .standard) async throws(ILSError) {
         let configuration = try PostgresConfiguration(url: url)
         description = configuration.description
         self.logger = logger
+        self.feedProbe = feedProbe
         let client = PostgresClient(configuration: configuration.client, backgroundLogger: logger)
         self.client = client
         running = Task { await client.run() }
@@ -701,39 +703,21 @@ public final class PostgresControllerStore: ControllerStore {
     // MARK: - Change feed
 
     /// Notifications from every controller's commits. Listens on one connection of the pool; when that connection
-    /// is lost it listens again as soon as the server answers, and then yields `.resynchronize`, since anything
-    /// committed meanwhile was not heard.
+    /// is lost, or stops hearing the feed's own probes (`ChangeFeedProbe`), it listens again as soon as the server
+    /// answers, and then yields `.resynchronize`, since anything committed meanwhile was not heard.
     public func changes() -> AsyncStream<StoreChange> {
-        let client = self.client
-        let logger = self.logger
-        let description = self.description
-        return AsyncStream(bufferingPolicy: .bufferingNewest(1024)) { continuation in
-            let listener = Task {
-                var first = true
-                while !Task.isCancelled {
-                    // Every listen after the first may have missed commits.
-                    let announce = !first
-                    first = false
-                    do {
-                        try await client.withConnection { connection in
-                            try await connection.listen(on: Self.channel) { notifications in
-                                if announce { continuation.yield(.resynchronize) }
-                                for try await notification in notifications {
-                                    if let change = Self.change(notification.payload) { continuation.yield(change) }
-                                }
-                            }
-                        }
-                    } catch {
-                        if Task.isCancelled { break }
-                        logger.warning(
-                            "lost the store's change notifications; listening again",
-                            metadata: ["store": "\(description)"]
-                        )
-                    }
-                    try? await Task.sleep(for: .milliseconds(500))
-                }
-                continuation.finish()
+        let feed = PostgresChangeFeed(
+            client: client,
+            logger: logger,
+            description: description,
+            probe: feedProbe,
+            ping: { [weak self] payload throws(ILSError) in
+                guard let self else { throw ILSError(.unavailable, "the store is closed") }
+                try await self.transaction { connection in try await Self.notify(connection, payload) }
             }
+        )
+        return AsyncStream(bufferingPolicy: .bufferingNewest(1024)) { continuation in
+            let listener = Task { await feed.run(into: continuation) }
             continuation.onTermination = { _ in listener.cancel() }
         }
     }

@@ -52,7 +52,7 @@ public final class TestPostgres: Sendable {
     }()
 
     private func stopForExit() {
-        try? run("\(binaries)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
+        _ = try? run("\(binaries)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -88,7 +88,7 @@ public final class TestPostgres: Sendable {
     }
 
     deinit {
-        try? run("\(binaries)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
+        _ = try? run("\(binaries)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -135,9 +135,22 @@ public final class TestPostgres: Sendable {
         "postgres://\(Self.user)@/\(database)?host=\(directory)&port=\(port)"
     }
 
+    /// Runs `sql` with `psql` over the Unix socket as the test user, in `database`; returns its unaligned rows, one
+    /// per line (`psql -At`).
+    public func psql(_ sql: String, database: String) throws -> String {
+        try run("\(binaries)/psql", ["-h", directory, "-p", "\(port)", "-U", Self.user, "-d", database, "-At", "-c", sql])
+    }
+
+    /// Sends `signal` to one of the server's processes (a backend's pid from `pg_stat_activity`): `SIGSTOP` makes
+    /// that one connection go silent, as a NAT that forgets a flow would, while the server goes on answering others.
+    public func signal(_ signal: Int32, process pid: Int32) throws {
+        guard kill(pid, signal) == 0 else { throw Failure("could not signal PostgreSQL process \(pid): errno \(errno)") }
+    }
+
     /// Runs a command to its end with `posix_spawn` and `waitpid`. Foundation's `Process` is not used here: on Linux
     /// its exit monitoring left `pg_ctl`'s parent unreaped (a zombie) and the test waiting forever.
-    private func run(_ executable: String, _ arguments: [String], asServerUser: Bool = true) throws {
+    @discardableResult
+    private func run(_ executable: String, _ arguments: [String], asServerUser: Bool = true) throws -> String {
         let argv0 = asServerUser && asPostgres ? "/usr/sbin/runuser" : executable
         let argv =
             (asServerUser && asPostgres ? ["/usr/sbin/runuser", "-u", "postgres", "--", executable] : [executable])
@@ -167,6 +180,7 @@ public final class TestPostgres: Sendable {
                     + String(log.suffix(2000))
             )
         }
+        return (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
     }
 
     public struct Failure: Error, CustomStringConvertible {

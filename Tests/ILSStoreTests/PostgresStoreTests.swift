@@ -5,6 +5,10 @@ import ILSStorePostgres
 import ILSTesting
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// What only a shared store does: tell one controller what another wrote, and live through a server restart.
 @Suite("PostgreSQL store: change feed, restarts, outages, migration", .serialized, .timeLimit(.minutes(3)))
 struct PostgresStoreTests {
@@ -28,12 +32,17 @@ struct PostgresStoreTests {
         await next(&iterator) { $0 != .controllers }
     }
 
-    /// Writes a heartbeat through `writer` every 100 ms until `feed` hears one. The feed starts listening in the
-    /// background, and a notification sent before that is lost to it: one write could wait forever.
+    /// Writes a heartbeat of a new member through `writer` every 100 ms until `feed` hears one. The feed starts
+    /// listening in the background, and a notification sent before that is lost to it: one write could wait forever.
+    /// Each beat is a new address, since only a member's first beat notifies (the same address beat again, as
+    /// before, could leave the feed nothing to hear).
     private static func warmUp(_ feed: inout AsyncStream<StoreChange>.Iterator, writer: some ControllerStore) async {
         let beats = Task {
+            var beat = 0
             while !Task.isCancelled {
-                try? await writer.heartbeat(ControllerMember(address: "https://warm:1", startedAt: 1, lastSeenAt: 1))
+                beat += 1
+                let member = ControllerMember(address: "https://warm-\(beat):1", startedAt: 1, lastSeenAt: 1)
+                try? await writer.heartbeat(member)
                 try? await Task.sleep(for: .milliseconds(100))
             }
         }
@@ -87,6 +96,43 @@ struct PostgresStoreTests {
         let ipad = try await enrolled("ipad", in: other)
         #expect(await Self.next(&feed) { $0 == .identity(id: ipad.id) } != nil)
         await cleanup()
+    }
+
+    @Test(
+        "a feed whose connection goes silent listens on a new one and says to read everything again",
+        .timeLimit(.minutes(1))
+    )
+    func silentFeed() async throws {
+        let server = try TestPostgres.shared()
+        let url = try server.createDatabase()
+        let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        // Probes every half second here; a minute's time limit stands for "never" without them.
+        let probe = ChangeFeedProbe(interval: .milliseconds(500), bound: .milliseconds(500))
+        let store = try await PostgresControllerStore(url: url, logger: StoreKind.logger, feedProbe: probe)
+        let other = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
+        var feed = store.changes().makeAsyncIterator()
+        await Self.warmUp(&feed, writer: other)
+        let listeners = try server.psql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            database: database
+        ).split(separator: "\n").compactMap { Int32($0) }
+        try #require(listeners.count == 1, "one listening connection: \(listeners)")
+        // The listening connection's server process stops: its socket stays open and nothing it should send arrives.
+        try server.signal(SIGSTOP, process: listeners[0])
+        defer { try? server.signal(SIGCONT, process: listeners[0]) }
+        let lost = try await enrolled("ipad", in: other)
+        #expect(await Self.next(&feed) { $0 == .resynchronize } == .resynchronize)
+        // Listening again, on another connection: what is written now is heard.
+        let heard = try await enrolled("mac", in: other)
+        #expect(await Self.next(&feed) { $0 == .identity(id: heard.id) } != nil)
+        #expect(lost.id != heard.id)
+        let now = try server.psql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            database: database
+        ).split(separator: "\n").compactMap { Int32($0) }
+        #expect(now.contains { $0 != listeners[0] }, "a new listening connection: \(now)")
+        await store.close()
+        await other.close()
     }
 
     @Test("with the server down a call fails as unavailable, bounded, and never shows the password")
