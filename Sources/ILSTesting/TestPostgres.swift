@@ -138,13 +138,18 @@ public final class TestPostgres: Sendable {
     /// Runs `sql` with `psql` over the Unix socket as the test user, in `database`; returns its unaligned rows, one
     /// per line (`psql -At`).
     public func psql(_ sql: String, database: String) throws -> String {
-        try run("\(binaries)/psql", ["-h", directory, "-p", "\(port)", "-U", Self.user, "-d", database, "-At", "-c", sql])
+        try run(
+            "\(binaries)/psql",
+            ["-h", directory, "-p", "\(port)", "-U", Self.user, "-d", database, "-At", "-c", sql]
+        )
     }
 
     /// Sends `signal` to one of the server's processes (a backend's pid from `pg_stat_activity`): `SIGSTOP` makes
     /// that one connection go silent, as a NAT that forgets a flow would, while the server goes on answering others.
     public func signal(_ signal: Int32, process pid: Int32) throws {
-        guard kill(pid, signal) == 0 else { throw Failure("could not signal PostgreSQL process \(pid): errno \(errno)") }
+        guard kill(pid, signal) == 0 else {
+            throw Failure("could not signal PostgreSQL process \(pid): errno \(errno)")
+        }
     }
 
     /// Runs a command to its end with `posix_spawn` and `waitpid`. Foundation's `Process` is not used here: on Linux

@@ -159,3 +159,42 @@ def test_report_shows_the_floors_and_puts_them_next_to_the_targets_they_bound() 
     without = results_with_floors()
     del without["floors"]
     assert "### Floors" not in report.render(without)
+
+
+def cluster_figures(revocation_p99: float, failover_max: float, postgres_p50: float) -> dict:
+    sse = lambda worst: {"kib_per_stream": {"tunnel": 3.0, "controller": worst, "gateway": 5.0},  # noqa: E731
+                         "p99_us": 900, "closed_early": 0}
+    return {
+        "date": "2026-11-25",
+        "postgres": "17",
+        "latency": {"direct": {"p50_us": 60, "p99_us": 120}, "sqlite": {"p50_us": 460, "p99_us": 900},
+                    "postgres": {"p50_us": postgres_p50, "p99_us": 950}},
+        "new_circuits_s": {"sqlite": 2000.0, "postgres": 1500.0},
+        "sse": {"sqlite": sse(8.0), "postgres": sse(10.0)},
+        "revocation": {"trials": 20, "after_return_ms": {"p50": 2.0, "p99": revocation_p99},
+                       "after_start_ms": {"p50": 30.0, "p99": 60.0}},
+        "failover_ms": {"trials": 3, "each_ms": [40.0, 55.0, failover_max], "max": failover_max},
+    }
+
+
+def test_report_shows_the_cluster_rows_and_judges_their_targets() -> None:
+    results = results_with_floors()
+    results["cluster"] = cluster_figures(revocation_p99=12.5, failover_max=70.0, postgres_p50=480)
+    text = report.render(results)
+    assert "### Two controllers on one PostgreSQL (2026-11-25, PostgreSQL 17)" in text
+    assert "| relay latency p50, added to direct (60 µs) | 400 µs | 420 µs | 1.05× |" in text
+    assert "| new circuits/s (wrk, `Connection: close`) | 2,000 | 1,500 | 0.75× |" in text
+    assert "| KiB per idle SSE stream, worst process | 8.0 | 10.0 | 1.25× |" in text
+    assert "40, 55, 70 ms" in text
+    assert "| revocation through A cuts a stream on B: p99 ≤ 50 ms | 12.5 ms after return | **met** |" in text
+    assert "| failover: SIGKILL of a controller → next request through another ≤ 1 s | max 70 ms | **met** |" in text
+    assert "PostgreSQL added p50 ≤ 1.1× SQLite's | 420 µs vs 400 µs | **met** |" in text
+
+    # Each target can be missed, and says so.
+    results["cluster"] = cluster_figures(revocation_p99=51.0, failover_max=1200.0, postgres_p50=520)
+    text = report.render(results)
+    assert "| revocation through A cuts a stream on B: p99 ≤ 50 ms | 51.0 ms after return | **not met** |" in text
+    assert "| max 1200 ms | **not met** |" in text
+    assert "| 460 µs vs 400 µs | **not met** |" in text
+    del results["cluster"]
+    assert "Two controllers" not in report.render(results)

@@ -559,12 +559,16 @@ def open_sse(port: int) -> socket.socket:
     return sock
 
 
-def revocation(s: Setup, trials: int) -> dict:
-    """Per trial: a new device, enrolled, with its own tunnel and a live SSE stream; revoke it and time the close."""
+def revocation(s: Setup, trials: int, pin_to: list[int] | None = None, admin: str = "identities/admin.json") -> dict:
+    """Per trial: a new device, enrolled, with its own tunnel and a live SSE stream; revoke it and time the close.
+    With `pin_to`, the device's identity file lists only those controller ports (a stream on one controller, the
+    revocation through `admin`'s, another)."""
     after_return, after_start, enrollments = [], [], []
     for trial in range(trials):
         name = f"revoke-{trial}"
         enrollments.append(enroll(s, name, "device"))
+        if pin_to:
+            pin(s, name, pin_to)
         port = free_port()
         tunnel = start_tunnel(s, name, port)
         sock = open_sse(port)
@@ -582,7 +586,7 @@ def revocation(s: Setup, trials: int) -> dict:
         thread = threading.Thread(target=reader)
         thread.start()
         began = time.perf_counter()
-        s.ils("admin", "identity", "revoke", name)
+        s.ils("admin", "identity", "revoke", "--identity", admin, name)
         returned = time.perf_counter()
         thread.join(timeout=10)
         sock.close()
@@ -623,6 +627,165 @@ def controller_restart(s: Setup, trials: int) -> dict:
         recovery.append((ok - back) * 1000)
         time.sleep(0.5)
     return percentiles(recovery)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Several controllers on one PostgreSQL (issue 25)
+
+
+def pin(s: Setup, name: str, ports: list[int]) -> None:
+    """Rewrites identity `name`'s file so that it dials only the controllers on `ports`, in that order."""
+    path = s.work / "identities" / f"{name}.json"
+    data = json.loads(path.read_text())
+    addresses = [f"https://127.0.0.1:{port}" for port in ports]
+    data["controller"], data["controllers"] = addresses[0], addresses
+    path.write_text(json.dumps(data, indent=2))
+
+
+def start_cluster_controller(c: Setup, name: str, port: int, store: str) -> subprocess.Popen:
+    """`controller run --store URL` for controller `name` (A or B); PGPASSWORD comes from this process's environment."""
+    proc = start(
+        [str(c.bin), "controller", "run", "--state-dir", f"state-{name}", "--store", store,
+         "--listen", f"127.0.0.1:{port}"],
+        c.work / f"controller-{name}.log",
+        c.work,
+    )
+    wait_port(port, proc)
+    c.procs["controller" if name == "A" else f"controller-{name}"] = proc
+    return proc
+
+
+def gateway_links(c: Setup, port: int) -> int:
+    """How many times the cluster's gateway has logged a link to the controller on `port`."""
+    needle = f"controller=https://127.0.0.1:{port}"
+    text = (c.work / "gateway.log").read_text(errors="replace")
+    return sum(1 for line in text.splitlines() if "connected to controller" in line and needle in line)
+
+
+def wait_gateway_linked(c: Setup, port: int, more_than: int = 0, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gateway_links(c, port) > more_than:
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"the cluster's gateway did not link to the controller on port {port} within {timeout:.0f} s")
+
+
+def start_cluster(s: Setup, store: str, a_port: int, b_port: int) -> Setup:
+    """Controller A (`controller init --store`), replica B (`controller join`), both on `store`; a gateway enrolled
+    through A that learns the list and links to both; a device pinned to A alone (the PostgreSQL overlay path)."""
+    c = Setup(work=s.work / "cluster", bin=s.bin, bench=s.bench, backend_port=s.backend_port)
+    c.work.mkdir()
+    c.controller_port = a_port
+    c.ils("controller", "init", "--state-dir", "state-A", "--address", f"https://127.0.0.1:{a_port}", "--store", store)
+    start_cluster_controller(c, "A", a_port, store)
+    c.ils("controller", "join", "--identity", "identities/admin.json", "--address", f"https://127.0.0.1:{b_port}",
+          "--state-dir", "state-B")
+    start_cluster_controller(c, "B", b_port, store)
+    enroll(c, "gateway", "gateway")
+    c.procs["gateway"] = start(
+        [str(c.bin), "serve", "--identity", "identities/gateway.json", "--backend", f"http://127.0.0.1:{c.backend_port}"],
+        c.work / "gateway.log",
+        c.work,
+        env={"NETWORKING_MODE": "ziti"},
+    )
+    wait_gateway_linked(c, a_port)
+    wait_gateway_linked(c, b_port)
+    enroll(c, "pg-device", "device")
+    pin(c, "pg-device", [a_port])
+    port = free_port()
+    c.procs["tunnel"] = start_tunnel(c, "pg-device", port)
+    c.paths["overlay"] = Path_("overlay on PostgreSQL", port)
+    wait_for_overlay(port, timeout=20)
+    return c
+
+
+def failover(c: Setup, a_port: int, b_port: int, store: str, trials: int) -> dict:
+    """Per trial: a fresh tunnel for a device listing A then B, flowing through A; SIGKILL A; the time from the kill to
+    the first request answered through the same tunnel (now through B). A is started again between trials."""
+    enroll(c, "failover-device", "device")
+    pin(c, "failover-device", [a_port, b_port])
+    times = []
+    for trial in range(trials):
+        port = free_port()
+        tunnel = start_tunnel(c, "failover-device", port)
+        wait_for_overlay(port, timeout=30)
+        links = gateway_links(c, a_port)
+        killed = time.monotonic()
+        c.procs["controller"].send_signal(signal.SIGKILL)
+        ok = wait_for_overlay(port, timeout=30)
+        times.append((ok - killed) * 1000)
+        print(f"   trial {trial + 1}: first answer through B {times[-1]:.0f} ms after SIGKILL of A", flush=True)
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+        c.procs["controller"].wait(timeout=10)
+        start_cluster_controller(c, "A", a_port, store)
+        wait_gateway_linked(c, a_port, more_than=links)
+    return {**percentiles(times), "trials": trials, "each_ms": [round(t, 1) for t in times]}
+
+
+def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
+    """Issue 25's rows, in one run: revocation through A of a stream on B, failover after SIGKILL, and the same
+    overlay on SQLite (the main set-up) and on PostgreSQL (controller A of the cluster) for latency, new circuits/s
+    and idle-stream memory."""
+    sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+    import pg_fixture  # noqa: E402  (a real PostgreSQL server in a temporary directory, as the e2e tests start it)
+
+    bin_dir = pg_fixture.binaries()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin): run deploy/install-deps.sh")
+    pg = pg_fixture.TestPostgres(bin_dir)
+    atexit.register(pg.stop)
+    os.environ["PGPASSWORD"] = pg_fixture.PASSWORD  # every controller command reads it from the environment
+    out: dict = {"postgres": pg_fixture.binaries().parent.name}
+    try:
+        store = pg.create_database()
+        a_port, b_port = free_port(), free_port()
+        c = start_cluster(s, store, a_port, b_port)
+        direct, sqlite, postgres = s.paths["direct"], s.paths["overlay"], c.paths["overlay"]
+
+        # Latency in two rounds, in opposite orders, so a slow moment of the machine lands on both stores alike.
+        rounds: dict[str, list[dict]] = {"direct": [], "sqlite": [], "postgres": []}
+        for order in (("sqlite", "postgres"), ("postgres", "sqlite")):
+            rounds["direct"].append(latency(direct, args.latency_count))
+            for name in order:
+                rounds[name].append(latency(sqlite if name == "sqlite" else postgres, args.latency_count))
+        out["latency"] = {
+            name: {key: statistics.mean(r[key] for r in runs) for key in ("p50_us", "p99_us")}
+            for name, runs in rounds.items()
+        }
+        for name in ("sqlite", "postgres"):
+            print(f"   relay latency on {name}: p50 {out['latency'][name]['p50_us']:.0f} us, "
+                  f"p99 {out['latency'][name]['p99_us']:.0f} us (direct p50 {out['latency']['direct']['p50_us']:.0f})",
+                  flush=True)
+
+        out["new_circuits_s"] = {
+            "sqlite": wrk(sqlite, args.seconds, 32, close=True),
+            "postgres": wrk(postgres, args.seconds, 32, close=True),
+        }
+        print(f"   new circuits/s: {json.dumps(out['new_circuits_s'])}", flush=True)
+
+        out["sse"] = {}
+        for name, setup in (("sqlite", s), ("postgres", c)):
+            print(f"   {args.streams} idle SSE streams on {name} (after {settle(setup):.1f} s idle wait)", flush=True)
+            sse = sse_memory(setup, args.streams, measure=10)
+            out["sse"][name] = {"kib_per_stream": sse["kib_per_stream"], "p99_us": sse["p99_us"],
+                                "closed_early": sse["closed_early"]}
+
+        print(f"   revocation through A of a stream on B, {args.revocations} trials "
+              f"(after {settle(c):.1f} s idle wait)", flush=True)
+        out["revocation"] = revocation(c, args.revocations, pin_to=[b_port])
+        print(f"   {json.dumps(out['revocation']['after_return_ms'])}", flush=True)
+
+        print(f"   failover, {args.restarts} trials", flush=True)
+        out["failover_ms"] = failover(c, a_port, b_port, store, args.restarts)
+        for proc in c.procs.values():
+            proc.terminate()
+        for proc in c.procs.values():
+            proc.wait(timeout=30)
+    finally:
+        pg.stop()
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -670,7 +833,8 @@ def main() -> int:
     parser.add_argument("--revocations", type=int, default=20)
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, sse, revocation, "
-                        "restart, floors (default all)")
+                        "restart, floors, cluster (default all). A run of cluster alone keeps the other figures of "
+                        "--json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
@@ -753,8 +917,19 @@ def main() -> int:
         results["restart_ms"] = controller_restart(s, args.restarts)
         print(f"   {json.dumps(results['restart_ms'])}", flush=True)
 
+    if want("cluster"):
+        print(f"== two controllers on one PostgreSQL (after {settle(s):.1f} s idle wait)", flush=True)
+        results["cluster"] = cluster_figures(s, args)
+        results["cluster"]["date"] = time.strftime("%Y-%m-%d")
+
     results["duration_s"] = time.monotonic() - started
     stop_all()
+    if only == {"cluster"} and Path(args.json).is_file():
+        # The cluster's rows compare within themselves (SQLite and PostgreSQL, A and B, in this run): the rest of the
+        # page stays the full run's.
+        previous = json.loads(Path(args.json).read_text())
+        previous["cluster"] = results["cluster"]
+        results = previous
     Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     sys.path.insert(0, str(Path(__file__).parent))
     from report import render  # noqa: E402
