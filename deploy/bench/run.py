@@ -5,6 +5,10 @@ Paths: direct to the backend; the ils overlay (tunnel -> controller -> dark gate
 ils HTTP mode, plain and TLS; nginx as a reverse proxy, plain and TLS. The backend is `ils-bench backend` (SwiftNIO),
 so the backend is never what limits a path. Writes docs/benchmarks.md and a JSON file of the raw figures.
 
+`--only cluster` measures two controllers on one PostgreSQL that the run starts itself (the e2e tests' pg_fixture):
+revocation through one of a stream on the other, failover after SIGKILL, and latency, new circuits/s and idle-stream
+memory on PostgreSQL beside SQLite. Run alone, it keeps the other figures of the JSON file.
+
 Run it through deploy/bench/run.sh, which installs what is missing and builds release binaries first.
 """
 
@@ -230,16 +234,21 @@ def start_tunnel(s: Setup, name: str, port: int) -> subprocess.Popen:
     return proc
 
 
-def start_overlay(s: Setup) -> None:
-    start_controller(s, fresh=True)
+def start_gateway(s: Setup) -> None:
+    """Enrolls `gateway` and starts it in overlay mode: it dials out to its controllers and hosts the backend."""
     enroll(s, "gateway", "gateway")
-    enroll(s, "bench-device", "device")
     s.procs["gateway"] = start(
         [str(s.bin), "serve", "--identity", "identities/gateway.json", "--backend", f"http://127.0.0.1:{s.backend_port}"],
         s.work / "gateway.log",
         s.work,
         env={"NETWORKING_MODE": "ziti"},
     )
+
+
+def start_overlay(s: Setup) -> None:
+    start_controller(s, fresh=True)
+    enroll(s, "bench-device", "device")
+    start_gateway(s)
     port = free_port()
     s.procs["tunnel"] = start_tunnel(s, "bench-device", port)
     s.paths["overlay"] = Path_("overlay", port)
@@ -682,13 +691,7 @@ def start_cluster(s: Setup, store: str, a_port: int, b_port: int) -> Setup:
     c.ils("controller", "join", "--identity", "identities/admin.json", "--address", f"https://127.0.0.1:{b_port}",
           "--state-dir", "state-B")
     start_cluster_controller(c, "B", b_port, store)
-    enroll(c, "gateway", "gateway")
-    c.procs["gateway"] = start(
-        [str(c.bin), "serve", "--identity", "identities/gateway.json", "--backend", f"http://127.0.0.1:{c.backend_port}"],
-        c.work / "gateway.log",
-        c.work,
-        env={"NETWORKING_MODE": "ziti"},
-    )
+    start_gateway(c)
     wait_gateway_linked(c, a_port)
     wait_gateway_linked(c, b_port)
     enroll(c, "pg-device", "device")
