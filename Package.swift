@@ -55,6 +55,13 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
+        /// Debian's libqrencode: the QR codes of `admin identity create --qr`. The CLI's only; never in ILSClient's
+        /// closure (the app scans codes, it does not draw them).
+        .systemLibrary(
+            name: "CQREncode",
+            pkgConfig: "libqrencode",
+            providers: [.apt(["libqrencode-dev"])]
+        ),
         /// glibc's <malloc.h> (`mallopt`), which the Glibc module does not import.
         .systemLibrary(name: "CMalloc"),
         .systemLibrary(
@@ -380,6 +387,17 @@ let package = Package(
                 "ILSTesting",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        /// Enrollment tokens as QR codes: libqrencode's matrix, drawn for a terminal or written as a PNG.
+        .target(
+            name: "ILSQRCode",
+            dependencies: ["ILSCore", "CQREncode"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSQRCodeTests",
+            dependencies: ["ILSCore", "ILSQRCode"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -19,6 +19,8 @@ command -v ss >/dev/null || need_apt+=(iproute2)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 # A test run that hangs is stopped with every thread's backtrace (deploy/bounded.sh).
 command -v gdb >/dev/null || need_apt+=(gdb)
+pkg-config --exists libqrencode 2>/dev/null || need_apt+=(libqrencode-dev pkg-config)   # admin identity create --qr
+command -v zbarimg >/dev/null || need_apt+=(zbar-tools)   # the QR tests read codes back with a real decoder
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2
