@@ -53,7 +53,8 @@ struct QRMatrixTests {
         }
         let scale = 6
         let rows = modules.flatMap { row in
-            Array(repeating: row.flatMap { light in Array(repeating: light ? UInt8(255) : 0, count: scale) }, count: scale)
+            let pixels = row.flatMap { light in Array(repeating: light ? UInt8(255) : 0, count: scale) }
+            return Array(repeating: pixels, count: scale)
         }
         let png = PNGWriter.greyscale(width: rows[0].count, height: rows.count, rows: rows)
         #expect(try Self.decode(png) == Self.uri)
