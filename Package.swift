@@ -336,6 +336,7 @@ let package = Package(
             dependencies: [
                 .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 "ILSCore",
+                "ILSQRCode",
                 "ILSStore",
                 "ILSStorePostgres",
                 "ILSCrypto",

@@ -10,8 +10,10 @@ import ILSCrypto
 /// key the pinned controller publishes; only then is a key pair made (on this machine) and the token spent. The
 /// identity file is written atomically with mode 0600, never over an existing file unless forced.
 public enum Enrollment {
-    /// A token given on the command line, or the path of a file holding one.
+    /// A token given on the command line, its `ils-enroll://v1/…` URI (what a QR code carries), or the path of a file
+    /// holding either.
     public static func readToken(_ tokenOrFile: String) throws(ILSError) -> String {
+        if let token = try EnrollmentURI.token(from: tokenOrFile) { return token }
         if tokenOrFile.split(separator: ".", omittingEmptySubsequences: false).count == 3,
             !FileManager.default.fileExists(atPath: tokenOrFile)
         {
@@ -26,7 +28,8 @@ public enum Enrollment {
                 "'\(tokenOrFile.prefix(80))' is neither an enrollment token nor a readable token file"
             )
         }
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return try EnrollmentURI.token(from: trimmed) ?? trimmed
     }
 
     /// Where the identity file goes when `--out` is not given.

@@ -29,7 +29,7 @@ struct EnrollCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The enrollment token, or a file that holds it.")
+    @Argument(help: "The enrollment token, its ils-enroll://v1/<token> URI (what a QR code carries), or a file that holds either.")
     var token: String
 
     @Option(help: "Where to write the identity file. Default: identities/NAME.json.")

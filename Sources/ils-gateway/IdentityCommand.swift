@@ -3,6 +3,7 @@ import Foundation
 import ILSClient
 public import ILSCore
 import ILSCrypto
+import ILSQRCode
 
 extension IdentityRole: ExpressibleByArgument {}
 
@@ -64,7 +65,7 @@ struct IdentityCommand: AsyncParsableCommand {
                     tokenLifetimeSeconds: lifetime
                 )
             )
-            try emitToken(response, output: tokenOptions.output)
+            try emitToken(response, tokenOptions)
         }
     }
 
@@ -254,7 +255,7 @@ struct IdentityCommand: AsyncParsableCommand {
                 "/v1/admin/identities/\(name)/reissue",
                 body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
             )
-            try emitToken(response, output: tokenOptions.output)
+            try emitToken(response, tokenOptions)
         }
     }
 }
@@ -274,7 +275,26 @@ struct TokenOptions: ParsableArguments {
     @Option(name: .shortAndLong, help: "Write the token to this file (mode 0600) instead of printing it.")
     var output: String?
 
+    @Flag(
+        help: """
+            Also print the token as a QR code (drawn for a dark terminal) and as the URI it carries, \
+            ils-enroll://v1/<token>, for the app's camera or `ils-gateway enroll <uri>`.
+            """
+    )
+    var qr = false
+
+    @Option(
+        name: .customLong("qr-png"),
+        help: "Also write the QR code as a PNG image to this file (mode 0600: whoever holds it can enroll)."
+    )
+    var qrPNG: String?
+
+    /// Checked before the controller is asked: a token file or image that could not be written then would leave an
+    /// identity on the controller whose token nobody holds.
     func lifetimeSeconds() throws(ILSError) -> Int64 {
+        for path in [output, qrPNG].compactMap({ $0 }) where FileManager.default.fileExists(atPath: path) {
+            throw ILSError(.invalidArgument, "\(path) already exists; choose another file or remove it first")
+        }
         let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
         guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
         return lifetime
@@ -282,8 +302,21 @@ struct TokenOptions: ParsableArguments {
 }
 
 /// Prints the token on stdout (for pipes) or writes it to a 0600 file, and says what to do next on stderr.
-private func emitToken(_ response: ControllerAPI.TokenResponse, output: String?) throws(ILSError) {
+private func emitToken(_ response: ControllerAPI.TokenResponse, _ options: TokenOptions) throws(ILSError) {
     let identity = response.identity
+    let output = options.output
+    if options.qr || options.qrPNG != nil {
+        let uri = EnrollmentURI.uri(for: response.token)
+        if let path = options.qrPNG {
+            let image = try QRMatrix.encode(uri, level: .medium).png()
+            try SecureFile.write(Data(image), to: path, overwrite: false)
+            sayToStandardError("QR code of the token written to \(path); it enrolls whoever scans it, so delete it after")
+        }
+        if options.qr {
+            print(try QRMatrix.encode(uri, level: .low).terminalText(), terminator: "")
+            say(uri)
+        }
+    }
     if let output {
         try SecureFile.write(Data((response.token + "\n").utf8), to: output, overwrite: false)
         sayToStandardError(
