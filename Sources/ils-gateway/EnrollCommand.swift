@@ -29,7 +29,9 @@ struct EnrollCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The enrollment token, its ils-enroll://v1/<token> URI (what a QR code carries), or a file that holds either.")
+    @Argument(
+        help: "The enrollment token, its ils-enroll://v1/ URI (what a QR code carries), or a file holding either."
+    )
     var token: String
 
     @Option(help: "Where to write the identity file. Default: identities/NAME.json.")

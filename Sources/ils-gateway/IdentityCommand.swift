@@ -310,7 +310,9 @@ private func emitToken(_ response: ControllerAPI.TokenResponse, _ options: Token
         if let path = options.qrPNG {
             let image = try QRMatrix.encode(uri, level: .medium).png()
             try SecureFile.write(Data(image), to: path, overwrite: false)
-            sayToStandardError("QR code of the token written to \(path); it enrolls whoever scans it, so delete it after")
+            sayToStandardError(
+                "QR code of the token written to \(path); it enrolls whoever scans it first, so delete it after"
+            )
         }
         if options.qr {
             print(try QRMatrix.encode(uri, level: .low).terminalText(), terminator: "")
