@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when ILSClient (the library an iPad, Mac or Vision Pro app links) could no longer build for Apple platforms:
-#   (a) a system-library target (CSodium, CMalloc, CSQLite: pkg-config, Linux packages) is in its dependency closure;
-#   (b) a Swift source of a local target in the closure imports Glibc, CSodium, CMalloc or CSQLite outside an
+#   (a) a system-library target (CSodium, CMalloc, CSQLite, CQREncode: pkg-config, Linux packages) is in its dependency closure;
+#   (b) a Swift source of a local target in the closure imports Glibc, CSodium, CMalloc, CSQLite or CQREncode outside an
 #       `#if canImport(<that module>)` block (any access level or attribute: `internal import`, `@preconcurrency`).
 # Each finding is printed as PATH:LINE (or the chain of targets that pulls a system library in); exit status 1.
 #
@@ -94,7 +94,7 @@ def is_system(target):
     return target.get("type") == "system-target" or target.get("module_type") == "SystemLibraryTarget"
 
 
-FORBIDDEN = ("Glibc", "CSodium", "CMalloc", "CSQLite")
+FORBIDDEN = ("Glibc", "CSodium", "CMalloc", "CSQLite", "CQREncode")
 ATTRIBUTE = r"@[\w.]+(?:\([^)]*\))?\s+"
 IMPORT = re.compile(
     rf"^\s*(?:{ATTRIBUTE})*(?:(?:public|package|internal|fileprivate|private|open)\s+)?(?:{ATTRIBUTE})*"

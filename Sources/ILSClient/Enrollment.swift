@@ -131,7 +131,9 @@ public enum Enrollment {
         beforeSpending: () throws(ILSError) -> Void
     ) async throws(ILSError) -> IdentityFile {
         guard raw.utf8.count <= 4 * EnrollmentToken.maximumLength else { throw EnrollmentRefusal.malformedToken.error }
-        let token = normalized(raw)
+        // A scanned QR code gives the URI (`ils-enroll://v1/<token>`); a paste gives the token itself.
+        let text = normalized(raw)
+        let token = try EnrollmentURI.token(from: text) ?? text
         let parsed = try EnrollmentToken.parse(token)
         let claims = parsed.claims
         try EnrollmentToken.checkExpiry(claims, now: Int64(now.timeIntervalSince1970))

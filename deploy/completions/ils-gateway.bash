@@ -408,9 +408,9 @@ _ils-gateway_admin_identity() {
 
 _ils-gateway_admin_identity_create() {
     repeating_flags=()
-    non_repeating_flags=(--version -h --help)
+    non_repeating_flags=(--qr --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identity --role --attributes --expires --output -o)
+    non_repeating_options=(--identity --role --attributes --expires --output -o --qr-png)
     __ils-gateway_offer_flags_options 1
 
     # Offer option value completions
@@ -429,6 +429,9 @@ _ils-gateway_admin_identity_create() {
         return
         ;;
     '--output'|'-o')
+        return
+        ;;
+    '--qr-png')
         return
         ;;
     esac
@@ -526,9 +529,9 @@ _ils-gateway_admin_identity_delete() {
 
 _ils-gateway_admin_identity_reissue() {
     repeating_flags=()
-    non_repeating_flags=(--version -h --help)
+    non_repeating_flags=(--qr --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identity --expires --output -o)
+    non_repeating_options=(--identity --expires --output -o --qr-png)
     __ils-gateway_offer_flags_options 1
 
     # Offer option value completions
@@ -540,6 +543,9 @@ _ils-gateway_admin_identity_reissue() {
         return
         ;;
     '--output'|'-o')
+        return
+        ;;
+    '--qr-png')
         return
         ;;
     esac
