@@ -24,6 +24,19 @@ func enrollmentTargets(in directory: String) -> Set<String> {
 
 @Suite("Enrollment that returns the identity, and where it is stored")
 struct EnrollmentStoreTests {
+    @Test("a scanned QR code's URI (ils-enroll://v1/<token>, a newline after it) enrolls as the token does")
+    func scannedURI() async throws {
+        try await withClientCluster { cluster in
+            let token = try await makeToken(cluster, name: "ipad-qr")
+            let identity = try await Enrollment.enroll(token: EnrollmentURI.uri(for: token) + "\n")
+            #expect(identity.identity.name == "ipad-qr")
+            // Another version of the URI is refused as malformed, not guessed at.
+            await #expect(throws: ILSError.self) {
+                _ = try await Enrollment.enroll(token: "ils-enroll://v2/" + token)
+            }
+        }
+    }
+
     @Test("a pasted token (with whitespace around and inside) enrolls in memory and writes no file")
     func inMemory() async throws {
         try await withClientCluster { cluster in
