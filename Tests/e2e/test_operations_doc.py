@@ -34,6 +34,11 @@ def test_operations_page(ils_bin: Path) -> None:
             results = walk(session, blocks, Path(logs))
             work = Path(home) / "ils-ops"
 
+            scanned = output_of(results, "zbarimg --raw -q ipad-token.png\n").output
+            assert re.search(r"^ils-enroll://v1/[\w-]+\.[\w-]+\.[\w-]+$", scanned, re.M), scanned
+            assert not (work / "ipad-token.png").exists(), "the QR image outlived the enrollment"
+            assert "ipad" in output_of(results, 'enroll "$(zbarimg').output
+
             archive = output_of(results, "tar -tzf").output
             for name in ("store.sqlite", "ca.key", "token.key", "controller.json"):
                 assert name in archive, archive
