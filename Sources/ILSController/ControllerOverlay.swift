@@ -175,7 +175,9 @@ struct ControllerOverlay: Sendable {
                         link: link,
                         // A policy-only link (an HTTP-mode gateway's) gets the pushes but never a circuit.
                         registration: .separate(
-                            subscribe: { live.addControlStream(stream) },
+                            subscribe: { service in
+                                live.addControlStream(stream, service: service, gatewayID: gateway.id)
+                            },
                             host: { service in
                                 relay.register(
                                     Relay.Host(

@@ -28,6 +28,10 @@ struct ControllerRouter: Sendable {
     let relay: Relay
     let logger: Logger
 
+    private var enforcement: PolicyEnforcement {
+        PolicyEnforcement(controller: controller, relay: relay, live: live, logger: logger)
+    }
+
     func handle(_ request: APIRequest) async -> APIResponse {
         do throws(ILSError) {
             return try await route(request)
@@ -119,13 +123,54 @@ struct ControllerRouter: Sendable {
             return try Self.json(try await controller.state.store.identities())
         case (.POST, "identities", 1, _):
             let body = try Self.decode(ControllerAPI.CreateIdentityRequest.self, request.body)
-            return try Self.json(try await controller.createIdentity(body, actor: actor), status: .created)
+            let created = try await controller.createIdentity(body, actor: actor)
+            // A policy may match the new identity: gateways learn the grants that now hold it.
+            enforcement.enforce()
+            return try Self.json(created, status: .created)
         case (.GET, "identities", 2, _):
             return try Self.json(try await controller.identity(named: name))
         case (.DELETE, "identities", 2, _):
             let doomed = try await controller.deleteIdentity(named: name, actor: actor)
             // Like a revocation: its connections end now (the relay also re-checks every circuit against the store).
             live.close(identityID: doomed.id)
+            enforcement.enforce()
+            return try Self.json(["deleted": name])
+        case (.PUT, "identities", 3, "attributes"):
+            let body = try Self.decode(ControllerAPI.AttributesRequest.self, request.body)
+            let record = try await controller.updateAttributes(named: name, attributes: body.attributes, actor: actor)
+            // Before answering, like a revocation: circuits the new attributes no longer allow end here and at every
+            // gateway linked here.
+            enforcement.enforce()
+            logger.notice("identity attributes changed", metadata: ["identity": "\(name)", "actor": "\(actor)"])
+            return try Self.json(record)
+        case (.GET, "services", 1, _):
+            let hosting = relay.hosting()
+            let services = try await controller.state.store.services()
+            return try Self.json(services.map { controller.serviceInfo($0, hosts: hosting[$0.name] ?? []) })
+        case (.GET, "services", 2, _):
+            guard let service = try await controller.state.store.service(named: name) else {
+                throw ILSError(.notFound, "no service named '\(name)'")
+            }
+            return try Self.json(controller.serviceInfo(service, hosts: relay.hosting()[name] ?? [], dialers: true))
+        case (.POST, "services", 1, _):
+            let body = try Self.decode(ControllerAPI.ServiceRequest.self, request.body)
+            let service = try await controller.createService(body, actor: actor)
+            enforcement.enforce(service)
+            logger.notice("service created", metadata: ["service": "\(service.name)", "actor": "\(actor)"])
+            return try Self.json(controller.serviceInfo(service, hosts: []), status: .created)
+        case (.PUT, "services", 2, _):
+            let body = try Self.decode(ControllerAPI.ServiceRequest.self, request.body)
+            let service = try await controller.updateService(named: name, body, actor: actor)
+            // Before answering: a device the new policy leaves out loses its live circuits to the service now.
+            enforcement.enforce(service)
+            logger.notice(
+                "service updated",
+                metadata: ["service": "\(name)", "revision": "\(service.revision)", "actor": "\(actor)"]
+            )
+            return try Self.json(controller.serviceInfo(service, hosts: relay.hosting()[name] ?? []))
+        case (.DELETE, "services", 2, _):
+            _ = try await controller.deleteService(named: name, actor: actor)
+            enforcement.enforce(removed: [name])
             return try Self.json(["deleted": name])
         case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
             (.POST, "identities", 3, "enable"):

@@ -85,10 +85,10 @@ public final class ControllerServer: Service, Sendable {
         let live = LiveConnections()
         self.controller = controller
         self.live = live
-        let relay = Relay(controller: controller, gatewayTimeout: circuitOpenTimeout, logger: logger)
+        let relay = Relay(controller: controller, live: live, gatewayTimeout: circuitOpenTimeout, logger: logger)
         self.relay = relay
         self.router = ControllerRouter(controller: controller, live: live, relay: relay, logger: logger)
-        self.follower = StoreFollower(controller: controller, live: live, logger: logger)
+        self.follower = StoreFollower(controller: controller, relay: relay, live: live, logger: logger)
         self.overlay = ControllerOverlay(
             controller: controller,
             relay: relay,

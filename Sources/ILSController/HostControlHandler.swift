@@ -22,7 +22,7 @@ final class HostControlHandler: ChannelInboundHandler {
         case combined(@Sendable (_ service: String) -> Void)
         /// `subscribe` registers the control stream for block-list pushes; `host` registers the link with the
         /// relay for circuits, and is not called for a policy-only link.
-        case separate(subscribe: @Sendable () -> Void, host: @Sendable (_ service: String) -> Void)
+        case separate(subscribe: @Sendable (_ service: String) -> Void, host: @Sendable (_ service: String) -> Void)
     }
 
     private let gateway: IdentityRecord
@@ -91,11 +91,19 @@ final class HostControlHandler: ChannelInboundHandler {
             )
         } else {
             let policy = controller.state.identities.service(named: service)
-            accepted = policy.map { $0.bindRoles.contains(gateway.role) } ?? false
+            // The record as it is now (its attributes may have changed since the connection was made).
+            let current = controller.state.identities.identity(id: gateway.id) ?? gateway
+            accepted = policy.map { $0.bind.allows(current) } ?? false
             if let policy, accepted {
+                // Subscribed before the grant is read: a grant pushed after this point reaches this stream, after
+                // this answer (a push from another thread is queued behind this turn), and one pushed before it was
+                // computed from a directory no newer than the one read here.
+                subscribe(service, policyOnly: policyOnly)
                 message = HostControlMessage(
-                    dialRoles: policy.dialRoles,
+                    // Kept for gateways of an earlier release, and because its presence means "bound".
+                    dialRoles: policy.dial.legacyRoles,
                     blocked: controller.blockedIdentityIDs(),
+                    dialGrant: controller.dialGrant(for: policy),
                     relayLoop: policyOnly ? nil : link.loop,
                     relayLoops: policyOnly ? nil : link.loops,
                     controllers: controller.state.roster.current
@@ -124,20 +132,22 @@ final class HostControlHandler: ChannelInboundHandler {
         // the message on the wire, and the gateway knows the policy and which loop it is on before its first circuit
         // (it drops a link that landed on a loop it covers before any circuit).
         answersChecks = accepted && policyOnly
-        if accepted {
-            switch registration {
-            case .combined(let register):
-                register(service)
-            case .separate(let subscribe, let host):
-                subscribe()
-                if !policyOnly { host(service) }
-            }
-        }
         let parent = context.channel.parent
         context.writeAndFlush(
             wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: refused)))
         ).whenComplete { _ in
             if refused { parent?.close(promise: nil) }
+        }
+    }
+
+    /// Registers an accepted link: for pushes, and with the relay unless it is policy-only.
+    private func subscribe(_ service: String, policyOnly: Bool) {
+        switch registration {
+        case .combined(let register):
+            register(service)
+        case .separate(let subscribe, let host):
+            subscribe(service)
+            if !policyOnly { host(service) }
         }
     }
 

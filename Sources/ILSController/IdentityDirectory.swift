@@ -65,13 +65,18 @@ public final class IdentityDirectory: Sendable {
         }
     }
 
-    /// Reads every service again from the store.
-    public func refreshServices(from store: any ControllerStore) async throws(ILSError) {
+    /// Reads every service again from the store; returns the services before and after.
+    @discardableResult
+    public func refreshServices(from store: any ControllerStore) async throws(ILSError)
+        -> (before: [String: ServiceRecord], after: [String: ServiceRecord])
+    {
         let start = contents.withLockedValue { $0.generation }
         let services = try await store.services()
-        contents.withLockedValue { contents in
-            guard contents.servicesStamp <= start else { return }
+        return contents.withLockedValue { contents in
+            let before = contents.services
+            guard contents.servicesStamp <= start else { return (before, before) }
             contents.services = Dictionary(services.map { ($0.name, $0) }, uniquingKeysWith: { $1 })
+            return (before, contents.services)
         }
     }
 
@@ -97,6 +102,25 @@ public final class IdentityDirectory: Sendable {
             contents.servicesStamp = contents.generation
             contents.services[service.name] = service
         }
+    }
+
+    /// Removes a service this controller just deleted.
+    public func removeService(named name: String) {
+        contents.withLockedValue { contents in
+            contents.generation += 1
+            contents.servicesStamp = contents.generation
+            contents.services[name] = nil
+        }
+    }
+
+    /// Every identity (a copy).
+    public func all() -> [IdentityRecord] {
+        contents.withLockedValue { Array($0.identities.values) }
+    }
+
+    /// Every service, by name (a copy).
+    public func allServices() -> [String: ServiceRecord] {
+        contents.withLockedValue { $0.services }
     }
 
     public func identity(id: String) -> IdentityRecord? {

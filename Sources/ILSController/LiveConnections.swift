@@ -9,7 +9,9 @@ import NIOHTTP2
 /// must reach before the admin's command returns.
 final class LiveConnections: Sendable {
     private let connections = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
-    private let controlStreams = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+    private let controlStreams = NIOLockedValueBox<[ObjectIdentifier: ControlStream]>([:])
+    /// The dial grant last pushed for each service.
+    private let sentGrants = NIOLockedValueBox<[String: Set<String>]>([:])
 
     func add(_ channel: any Channel, identityID: String) {
         let key = ObjectIdentifier(channel)
@@ -22,12 +24,30 @@ final class LiveConnections: Sendable {
         }
     }
 
-    func addControlStream(_ channel: any Channel) {
+    /// A gateway's control stream: its service and identity, for pushes of that service's grant and for closing the
+    /// links a narrowed bind policy no longer allows.
+    struct ControlStream {
+        let channel: any Channel
+        let service: String
+        let gatewayID: String
+    }
+
+    func addControlStream(_ channel: any Channel, service: String, gatewayID: String) {
         let key = ObjectIdentifier(channel)
-        controlStreams.withLockedValue { $0[key] = channel }
+        controlStreams.withLockedValue { $0[key] = ControlStream(channel: channel, service: service, gatewayID: gatewayID) }
         channel.closeFuture.whenComplete { _ in
             _ = self.controlStreams.withLockedValue { $0.removeValue(forKey: key) }
         }
+    }
+
+    /// Closes the gateway links of `service` (hosting and policy-only) whose gateway `keep` says no to: the gateway
+    /// links again and is refused, or finds the service gone, and backs off.
+    func closeLinks(service: String, keep: (_ gatewayID: String) -> Bool) -> Int {
+        let doomed = controlStreams.withLockedValue { streams in
+            streams.values.filter { $0.service == service && !keep($0.gatewayID) }
+        }
+        for stream in doomed { (stream.channel.parent ?? stream.channel).close(promise: nil) }
+        return doomed.count
     }
 
     /// Closes every connection of the identity, and with them all its circuits (each relay half closes its partner).
@@ -36,11 +56,21 @@ final class LiveConnections: Sendable {
         for channel in open { channel.close(promise: nil) }
     }
 
-    /// Sends `message` on every gateway's control stream, as one JSON line.
-    func push(_ message: HostControlMessage) {
+    /// Whether the grant last sent for `service` holds `identityID` (false before any was sent).
+    func isGranted(_ identityID: String, service: String) -> Bool {
+        sentGrants.withLockedValue { $0[service]?.contains(identityID) ?? false }
+    }
+
+    /// Sends `message` on every gateway's control stream (or only those of `service`), as one JSON line.
+    func push(_ message: HostControlMessage, service: String? = nil) {
+        if let grant = message.dialGrant {
+            sentGrants.withLockedValue { $0[grant.service] = Set(grant.identities) }
+        }
         guard var line = try? JSONEncoder().encode(message) else { return }
         line.append(UInt8(ascii: "\n"))
-        let streams = controlStreams.withLockedValue { Array($0.values) }
+        let streams = controlStreams.withLockedValue { streams in
+            streams.values.filter { service == nil || $0.service == service }.map(\.channel)
+        }
         for stream in streams {
             let payload = HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line))))
             stream.writeAndFlush(payload, promise: nil)

@@ -33,11 +33,14 @@ final class Relay: Sendable {
         let info: ControllerAPI.Session
         /// The gateway link the circuit is spliced onto.
         let host: ObjectIdentifier
+        /// The device's end of the circuit: closing it ends the circuit (`cut(service:keeping:)`).
+        let deviceStream: any Channel
         let counters = NIOLockedValueBox((up: 0, down: 0))
 
-        init(info: ControllerAPI.Session, host: ObjectIdentifier) {
+        init(info: ControllerAPI.Session, host: ObjectIdentifier, deviceStream: any Channel) {
             self.info = info
             self.host = host
+            self.deviceStream = deviceStream
         }
 
         var snapshot: ControllerAPI.Session {
@@ -52,14 +55,40 @@ final class Relay: Sendable {
         state.withLockedValue { Array($0.sessions.values) }.map(\.snapshot).sorted { $0.startedAt < $1.startedAt }
     }
 
+    /// Ends every circuit to `service` whose device is not in `keeping` (a policy change took its permission away),
+    /// each as a revocation does: the device's stream closes, and the relay closes the gateway's. Returns the
+    /// sessions cut. A dial decided before the change but not yet spliced is refused at the splice instead
+    /// (`attempt`), under the same lock, so none slips between the two.
+    func cut(service: String, keeping: Set<String>) -> [ControllerAPI.Session] {
+        let doomed = state.withLockedValue { state in
+            state.sessions.values.filter { $0.info.service == service && !keeping.contains($0.info.deviceID) }
+        }
+        for session in doomed { session.deviceStream.close(promise: nil) }
+        return doomed.map(\.info)
+    }
+
+    /// The gateways hosting each service through this controller, with their link counts.
+    func hosting() -> [String: [ControllerAPI.ServiceHost]] {
+        let address = controller.state.address.description
+        return state.withLockedValue { state in
+            state.hosts.mapValues { hosts in
+                Dictionary(grouping: hosts, by: \.identity.name).map { name, links in
+                    ControllerAPI.ServiceHost(gateway: name, links: links.count, controller: address)
+                }.sorted { $0.gateway < $1.gateway }
+            }
+        }
+    }
+
     private let state = NIOLockedValueBox(State())
     private let controller: Controller
+    private let live: LiveConnections
     private let logger: Logger
     /// How long a gateway may take to accept a circuit before the relay tries another.
     private let gatewayTimeout: TimeAmount
 
-    init(controller: Controller, gatewayTimeout: TimeAmount, logger: Logger) {
+    init(controller: Controller, live: LiveConnections, gatewayTimeout: TimeAmount, logger: Logger) {
         self.controller = controller
+        self.live = live
         self.gatewayTimeout = gatewayTimeout
         self.logger = logger
     }
@@ -134,20 +163,22 @@ final class Relay: Sendable {
                 .refuse(status: 404, code: "unknown_service", reason: "there is no service named '\(service)'")
             )
         }
-        guard policy.dialRoles.contains(device.role) else {
+        // The record as it is now, not as it was when the device connected: attributes may have changed since.
+        let current = controller.state.identities.identity(id: device.id) ?? device
+        guard policy.dial.allows(current) else {
             controller.state.auditQueue.append(
                 actor: device.name,
                 action: "dial.refused",
                 target: service,
-                detail: "role=\(device.role.rawValue)"
+                detail: "policy=\(policy.dial.description)"
             )
-            return eventLoop.makeSucceededFuture(
-                .refuse(
-                    status: 403,
-                    code: "dial_denied",
-                    reason: "identity '\(device.name)' (role \(device.role.rawValue)) may not dial '\(service)'"
-                )
-            )
+            return eventLoop.makeSucceededFuture(Self.dialDenied(device: device, service: service))
+        }
+        if !live.isGranted(device.id, service: service) {
+            // The gateways were last sent a grant without this device: the directory learned of it in a way that
+            // sends none (a read on demand, a reload after a missed notification). Send the grant as it is now; the
+            // circuit's stream follows it on every link, so the gateway decides with it.
+            PolicyEnforcement(controller: controller, relay: self, live: live, logger: logger).enforce(policy)
         }
         let hosts = candidates(for: service, near: stream.eventLoop)
         guard !hosts.isEmpty else {
@@ -156,6 +187,21 @@ final class Relay: Sendable {
             )
         }
         return attempt(hosts[...], service: service, device: device, deviceStream: stream)
+    }
+
+    static func dialDenied(device: IdentityRecord, service: String) -> CircuitDecision {
+        .refuse(
+            status: 403,
+            code: "dial_denied",
+            reason: "identity '\(device.name)' (role \(device.role.rawValue)) may not dial '\(service)'"
+        )
+    }
+
+    /// Whether the service's dial policy, as the directory holds it now, still allows the device.
+    private func stillAllowed(device: IdentityRecord, service: String) -> Bool {
+        let directory = controller.state.identities
+        guard let policy = directory.service(named: service) else { return false }
+        return policy.dial.allows(directory.identity(id: device.id) ?? device)
     }
 
     /// Whether a hosting link may take a new circuit: its gateway must still be active and the link must have been
@@ -234,13 +280,22 @@ final class Relay: Sendable {
                     bytesToDevice: 0,
                     controller: self.controller.state.address.description
                 ),
-                host: host.key
+                host: host.key,
+                deviceStream: deviceStream
             )
             let key = ObjectIdentifier(deviceStream)
             let sameLoop = gatewayStream.eventLoop === deviceStream.eventLoop
-            sessionState.withLockedValue { state in
+            // The policy is asked again under the sessions' lock: a change applied while the gateway was answering
+            // either finds this session in `cut`, or is seen here.
+            let spliced = sessionState.withLockedValue { state -> Bool in
+                guard self.stillAllowed(device: device, service: service) else { return false }
                 state.sessions[key] = session
                 if sameLoop { state.sameLoopSplices += 1 } else { state.crossLoopSplices += 1 }
+                return true
+            }
+            guard spliced else {
+                gatewayStream.close(promise: nil)
+                return gatewayStream.eventLoop.makeSucceededFuture(Self.dialDenied(device: device, service: service))
             }
             ControllerMetrics.splice(sameLoop: sameLoop)
             ControllerMetrics.circuitsTotal.increment()

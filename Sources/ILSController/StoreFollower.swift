@@ -11,8 +11,13 @@ import Logging
 /// SQLite's feed finishes at once (one controller per file), and so does this.
 struct StoreFollower: Sendable {
     let controller: Controller
+    let relay: Relay
     let live: LiveConnections
     let logger: Logger
+
+    private var enforcement: PolicyEnforcement {
+        PolicyEnforcement(controller: controller, relay: relay, live: live, logger: logger)
+    }
 
     func follow() async {
         let state = controller.state
@@ -22,8 +27,13 @@ struct StoreFollower: Sendable {
                 case .identity(let id):
                     let (before, after) = try await state.identities.refresh(id: id, from: state.store)
                     apply(before: before, after: after, id: id)
+                    // Created, deleted, or its attributes changed: the grants that hold it may change.
+                    if before?.attributes != after?.attributes || (before == nil) != (after == nil) {
+                        enforcement.enforce()
+                    }
                 case .services:
-                    try await state.identities.refreshServices(from: state.store)
+                    let (before, after) = try await state.identities.refreshServices(from: state.store)
+                    enforcement.servicesChanged(before: before, after: after)
                 case .controllers:
                     // A replica joined or left: linked gateways hear it now rather than at the next heartbeat.
                     await state.roster.refresh(controller: controller, live: live)
@@ -33,6 +43,7 @@ struct StoreFollower: Sendable {
                     let blocked = state.identities.blockedIDs
                     for id in blocked.subtracting(blockedBefore) { live.close(identityID: id) }
                     live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
+                    enforcement.enforce()
                     logger.notice("store notifications resumed; identities reloaded")
                 }
             } catch {

@@ -56,6 +56,26 @@ public struct ServicePolicy: Sendable, Hashable {
         self.tokens = unique
     }
 
+    /// Allows nobody: what an unreadable stored policy means.
+    public static let nobody = ServicePolicy(unchecked: .anyOf, [])
+
+    /// Whether `identity` may use the service (its state aside: that is checked before).
+    public func allows(_ identity: IdentityRecord) -> Bool {
+        allows(id: identity.id, role: identity.role, attributes: identity.attributes)
+    }
+
+    /// As an admin reads it: `anyOf(role:device, #ipad)`, identities as `@id:ID` (`describe(names:)` shows names).
+    public var description: String { describe { _ in nil } }
+
+    /// As an admin reads it, `@id:ID` shown as `@NAME` when `names` knows the id.
+    public func describe(names: (String) -> String?) -> String {
+        let texts = tokens.map { token -> String in
+            if case .identity(let id) = token, let name = names(id) { return "@\(name)" }
+            return token.text
+        }
+        return "\(semantic.rawValue)(\(texts.joined(separator: ", ")))"
+    }
+
     /// The policy every service had before policies: any of these roles.
     public static func roles(_ roles: [IdentityRole]) -> ServicePolicy {
         // Cannot throw: roles are at most three distinct tokens, and anyOf takes any mix.
@@ -105,7 +125,10 @@ extension ServicePolicy.Token {
             self = .all
         } else if text.hasPrefix("role:") {
             guard let role = IdentityRole(rawValue: String(text.dropFirst(5))) else {
-                throw ILSError(.invalidArgument, "'\(text)' names no role; use role:device, role:gateway or role:admin")
+                throw ILSError(
+                    .invalidArgument,
+                    "'\(ControlCharacters.escaped(text))' names no role; use role:device, role:gateway or role:admin"
+                )
             }
             self = .role(role)
         } else if text.hasPrefix("#") {
@@ -126,7 +149,7 @@ extension ServicePolicy.Token {
         } else {
             throw ILSError(
                 .invalidArgument,
-                "'\(text)' is not a policy token; use role:ROLE, #ATTRIBUTE, @NAME or #all"
+                "'\(ControlCharacters.escaped(text))' is not a policy token; use role:ROLE, #ATTRIBUTE, @NAME or #all"
             )
         }
     }

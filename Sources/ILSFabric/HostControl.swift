@@ -11,6 +11,11 @@ public struct HostControlMessage: Codable, Sendable {
     /// Ids of identities that must not be let in (revoked or disabled), whatever their certificate says: the full
     /// list, sent on every (re)connection and again whenever it changes.
     public var blocked: [String]?
+    /// Exactly who may dial the hosted service now, by identity id: the controller's policy (roles, attributes,
+    /// single identities) resolved, since a gateway cannot see attributes. In the binding answer beside `dialRoles`,
+    /// and pushed alone (never with `dialRoles`, whose presence means "bound") whenever the policy or an identity
+    /// changes. A gateway of an earlier release ignores it and enforces `dialRoles`.
+    public var dialGrant: DialGrant?
     /// Set instead when the gateway may not host the service.
     public var error: String?
     /// With `error`: `identity_blocked` when the gateway's identity may not link at all (revoked, disabled, deleted,
@@ -30,6 +35,7 @@ public struct HostControlMessage: Codable, Sendable {
     public init(
         dialRoles: [IdentityRole]? = nil,
         blocked: [String]? = nil,
+        dialGrant: DialGrant? = nil,
         error: String? = nil,
         errorCode: String? = nil,
         relayLoop: Int? = nil,
@@ -38,11 +44,30 @@ public struct HostControlMessage: Codable, Sendable {
     ) {
         self.dialRoles = dialRoles
         self.blocked = blocked
+        self.dialGrant = dialGrant
         self.error = error
         self.errorCode = errorCode
         self.relayLoop = relayLoop
         self.relayLoops = relayLoops
         self.controllers = controllers
+    }
+}
+
+/// Who may dial a service now (`HostControlMessage.dialGrant`).
+public struct DialGrant: Codable, Sendable, Hashable {
+    /// The most ids one grant carries (about 0.8 MB as a line, under the gateway's 4 MiB bound on a control line).
+    public static let maximumIdentities = 20_000
+
+    public var service: String
+    /// The policy as text, for the gateway's log (`anyOf(role:device, #ipad)`).
+    public var policy: String
+    /// Ids of the identities allowed: not revoked, and matched by the dial policy.
+    public var identities: [String]
+
+    public init(service: String, policy: String, identities: [String]) {
+        self.service = service
+        self.policy = policy
+        self.identities = identities
     }
 }
 

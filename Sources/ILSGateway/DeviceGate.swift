@@ -71,7 +71,24 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             .peerCertificate?.toDERBytes()
         context.fireUserInboundEventTriggered(event)
         let decision = Self.decide(certificate: certificate, policy: settings.policy, service: settings.service)
-        guard case .allow(let peer) = decision, let check = settings.check else {
+        // A device the dial policy leaves out is asked about too: one that is deleted or whose certificate was
+        // replaced is then told so (identity_blocked), as before grants, rather than only that it may not dial.
+        let denied: Decision?
+        let peer: IdentityCertificate
+        switch decision {
+        case .allow(let allowed):
+            (peer, denied) = (allowed, nil)
+        case .refuse(let refusal, _) where refusal.code == "dial_denied":
+            guard let certificate, let parsed = try? IdentityCertificate(der: certificate) else {
+                finish(decision, context: context)
+                return
+            }
+            (peer, denied) = (parsed, decision)
+        case .refuse:
+            finish(decision, context: context)
+            return
+        }
+        guard let check = settings.check else {
             finish(decision, context: context)
             return
         }
@@ -81,7 +98,9 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             switch result {
             case .allowed, .unavailable:
                 // Unavailable: no link; the local decision (block list, dial policy) stands, within the grace.
-                finish(.allow(peer), context: context)
+                finish(denied ?? .allow(peer), context: context)
+            case .noAnswer where denied != nil:
+                finish(denied!, context: context)
             case .noAnswer:
                 finish(
                     .refuse(
@@ -190,7 +209,8 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The gateway's decision on a verified client certificate. Checked in this order: an identity certificate at
-    /// all, a device's, not blocked, the policy known, and the service's dial roles.
+    /// all, not blocked, the policy known, and the service's dial policy (the controller's grant, or its roles from
+    /// a controller of an earlier release).
     static func decide(certificate: [UInt8]?, policy: GatewayPolicy, service: String) -> Decision {
         guard let certificate, let peer = try? IdentityCertificate(der: certificate) else {
             return .refuse(
@@ -200,16 +220,6 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
                     reason: "The client certificate is not an ils-gateway identity certificate."
                 ),
                 identity: nil
-            )
-        }
-        guard peer.role == .device else {
-            return .refuse(
-                ProxyError(
-                    status: .forbidden,
-                    code: "dial_denied",
-                    reason: "Only device identities may use this gateway; '\(peer.name)' is a \(peer.role.rawValue)."
-                ),
-                identity: peer.name
             )
         }
         guard !policy.blocks(peer.id) else {

@@ -15,6 +15,13 @@ import NIOHTTP2
 public final class GatewayPolicy: Sendable {
     private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
     private let revoked = NIOLockedValueBox(Blocks())
+    /// Who may dial, by identity id, as each controller replica last sent it (`DialGrant`); a controller that sent
+    /// none (an earlier release) leaves `dialRoles` to decide.
+    ///
+    /// Per replica, not merged: a replica that has not yet heard of a narrowed policy must not keep a permission alive
+    /// through another's grant. Kept across a lost link (the next grant replaces it), so a narrowing the link missed
+    /// still ends the circuits it took away.
+    private let grants = NIOLockedValueBox<[String: Set<String>]>([:])
     /// Live circuits by the verified identity id at their far end.
     private let circuits = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
 
@@ -53,14 +60,42 @@ public final class GatewayPolicy: Sendable {
         for channel in doomed { CircuitCloseHandler.abort(channel) }
     }
 
+    /// Replaces the grant `controller` sent for the hosted service and ends, at once, the live circuits of every
+    /// identity it held before and holds no longer. A grant for another service, with more than
+    /// `DialGrant.maximumIdentities` ids, or with an id that could not be one, is dropped whole: what is in force stays.
+    /// Returns whether it was applied.
+    @discardableResult
+    public func updateGrant(_ grant: DialGrant, from controller: String = "", hosted: String) -> Bool {
+        guard grant.service == hosted, grant.identities.count <= DialGrant.maximumIdentities,
+            grant.identities.allSatisfy(Self.couldBeID)
+        else { return false }
+        let allowed = Set(grant.identities)
+        let taken = grants.withLockedValue { grants -> Set<String> in
+            defer { grants[controller] = allowed }
+            return (grants[controller] ?? []).subtracting(allowed)
+        }
+        let doomed = circuits.withLockedValue { circuits in
+            taken.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
+        }
+        for channel in doomed { CircuitCloseHandler.abort(channel) }
+        return true
+    }
+
+    /// Identity ids are lowercase UUIDs; anything that is not 1-64 of `[0-9a-f-]` is not one.
+    static func couldBeID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 64
+            && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || $0 == 0x2D }
+    }
+
     /// Forgets `controller`'s block list: the replica left the controller list and the gateway no longer links to
     /// it (what it blocked is in the store, and so in the other replicas' lists, unless it died unsaved with it).
     func forgetRevoked(from controller: String) {
         revoked.withLockedValue { $0.set(nil, from: controller) }
+        _ = grants.withLockedValue { $0.removeValue(forKey: controller) }
     }
 
-    /// Remembers an established circuit so a revocation can end it.
-    func track(_ channel: any Channel, identityID: String) {
+    /// Remembers an established circuit so a revocation or a narrowed grant can end it.
+    func track(_ channel: any Channel, identityID: String, via controller: String = "") {
         let key = ObjectIdentifier(channel)
         circuits.withLockedValue { $0[identityID, default: [:]][key] = channel }
         GatewayMetrics.circuitsTotal.increment()
@@ -72,8 +107,9 @@ public final class GatewayPolicy: Sendable {
                 if circuits[identityID]?.isEmpty == true { circuits[identityID] = nil }
             }
         }
-        // Revoked between the handshake and now: close at once.
-        if revoked.withLockedValue({ $0.contains(identityID) }) { CircuitCloseHandler.abort(channel) }
+        // Revoked, or its grant taken away, between the handshake and now: close at once.
+        let granted = grants.withLockedValue { $0[controller].map { $0.contains(identityID) } ?? true }
+        if revoked.withLockedValue({ $0.contains(identityID) }) || !granted { CircuitCloseHandler.abort(channel) }
     }
 
     /// Whether the gateway itself would refuse this identity.
@@ -90,7 +126,9 @@ public final class GatewayPolicy: Sendable {
 
     /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
     /// has sent the policy, nobody gets in.
-    public func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {
+    public func decide(_ peer: IdentityCertificate, service: String, hosted: String, via controller: String = "")
+        -> AccessDecision
+    {
         guard service == hosted else { return .deny(reason: "this gateway hosts '\(hosted)', not '\(service)'") }
         // Checked before anything else about the identity: a revoked device stays out even if a relay
         // misbehaves and lets its circuit through.
@@ -100,7 +138,8 @@ public final class GatewayPolicy: Sendable {
         guard let roles = dialRoles.withLockedValue({ $0 }) else {
             return .deny(reason: "the gateway has not received its policy yet; retry shortly")
         }
-        guard roles.contains(peer.role) else {
+        let allowed = grants.withLockedValue { $0[controller] }.map { $0.contains(peer.id) } ?? roles.contains(peer.role)
+        guard allowed else {
             return .deny(reason: "identity '\(peer.name)' (role \(peer.role.rawValue)) may not dial '\(service)'")
         }
         return .allow
@@ -260,7 +299,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 let decision = shared.context.policy.decide(
                                     peer,
                                     service: requested,
-                                    hosted: shared.context.service
+                                    hosted: shared.context.service,
+                                    via: shared.context.controller
                                 )
                                 if case .deny(let reason) = decision {
                                     GatewayMetrics.refusal(reason.contains("revoked") ? "revoked" : "policy")
@@ -269,7 +309,11 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 return decision
                             },
                             onEstablished: { channel, event in
-                                shared.context.policy.track(channel, identityID: event.peer.id)
+                                shared.context.policy.track(
+                                    channel,
+                                    identityID: event.peer.id,
+                                    via: shared.context.controller
+                                )
                                 let pipeline = channel.pipeline.syncOperations
                                 try shared.context.core.configureClientPipeline(
                                     pipeline,
@@ -324,6 +368,16 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         }
         if let controllers = message.controllers {
             settings.onControllers(controllers)
+        }
+        if let grant = message.dialGrant {
+            // Before the roles: a binding answer carries both, and the grant decides once it is here.
+            let applied = settings.policy.updateGrant(grant, from: settings.controller, hosted: settings.service)
+            if !applied {
+                settings.logger.warning(
+                    "the controller sent a dial grant this gateway cannot apply; the previous one stays in force",
+                    metadata: ["service": "\(ControlCharacters.bounded(grant.service, limit: 64))"]
+                )
+            }
         }
         if let roles = message.dialRoles {
             settings.policy.update(roles)

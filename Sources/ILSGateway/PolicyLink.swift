@@ -334,6 +334,9 @@ final class PolicyLink: Sendable {
         if let blocked = message.blocked {
             policy.updateRevoked(blocked)
         }
+        if let grant = message.dialGrant, !policy.updateGrant(grant, hosted: service) {
+            logger.warning("the controller sent a dial grant this gateway cannot apply; the previous one stays in force")
+        }
         if let roles = message.dialRoles {
             policy.update(roles)
             let timer = state.withLockedValue { state in

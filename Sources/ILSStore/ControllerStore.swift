@@ -1,4 +1,5 @@
 public import ILSCore
+import Foundation
 
 /// The controller's persistent state: identities, their tokens, services, the audit log and the controllers that
 /// share it. Two implementations pass one contract suite (`Tests/ILSStoreTests`): `SQLiteControllerStore`, the
@@ -44,8 +45,18 @@ public protocol ControllerStore: Sendable {
     func service(named name: String) async throws(ILSError) -> ServiceRecord?
     /// Every service, by name.
     func services() async throws(ILSError) -> [ServiceRecord]
-    /// Refuses a duplicate name (`.conflict`).
-    func createService(_ service: ServiceRecord) async throws(ILSError)
+    /// Adds a service at revision 1, with an audit row. Refuses a duplicate name (`.conflict`).
+    func createService(_ service: ServiceRecord, actor: String) async throws(ILSError)
+    /// Replaces the service's policies if its revision is still `expectedRevision` (`.conflict` otherwise, and
+    /// `.notFound` when it is gone), with an audit row that shows the old and new policies. Returns the record at its
+    /// new revision.
+    func updateService(_ service: ServiceRecord, expectedRevision: Int64, actor: String) async throws(ILSError)
+        -> ServiceRecord
+    /// Removes a service, with an audit row. Returns the record it removed, if it existed.
+    func deleteService(named name: String, actor: String) async throws(ILSError) -> ServiceRecord?
+    /// Replaces an identity's attributes (which policies match on), with an audit row. `.notFound` when it is gone.
+    func updateAttributes(named name: String, attributes: [String], actor: String) async throws(ILSError)
+        -> IdentityRecord
 
     /// Appends an audit row. `actor`, `target` and `detail` may come from a peer (a name, a service a gateway
     /// asked for, a refusal sentence): the store keeps them bounded and with control characters escaped
@@ -82,6 +93,11 @@ public protocol ControllerStore: Sendable {
 }
 
 extension ControllerStore {
+    /// A service the controller itself makes (the default one, at `controller init`).
+    public func createService(_ service: ServiceRecord) async throws(ILSError) {
+        try await createService(service, actor: "controller")
+    }
+
     /// Every entry at or after `since`, oldest first (tests and small stores; the API pages).
     public func auditEntries(since: Int64) async throws(ILSError) -> [AuditEntry] {
         try await auditEntries(since: since, before: nil, limit: Int(Int32.max))
@@ -118,16 +134,47 @@ public struct TokenRecord: Sendable, Hashable {
     }
 }
 
-/// A service and who may dial and bind (host) it, by role.
+/// A service and who may dial and bind (host) it (`ServicePolicy`), with a revision that every update moves on, so two
+/// admins editing at once cannot silently undo each other (`updateService(_:expectedRevision:actor:)`).
 public struct ServiceRecord: Sendable, Hashable, Codable {
     public var name: String
-    public var dialRoles: [IdentityRole]
-    public var bindRoles: [IdentityRole]
+    public var dial: ServicePolicy
+    public var bind: ServicePolicy
+    /// 1 when created; each update adds one.
+    public var revision: Int64
 
-    public init(name: String, dialRoles: [IdentityRole], bindRoles: [IdentityRole]) {
+    public init(name: String, dial: ServicePolicy, bind: ServicePolicy, revision: Int64 = 1) {
         self.name = name
-        self.dialRoles = dialRoles
-        self.bindRoles = bindRoles
+        self.dial = dial
+        self.bind = bind
+        self.revision = revision
+    }
+
+    /// A service with the role-only policies every service had before policies: `anyOf` these roles.
+    public init(name: String, dialRoles: [IdentityRole], bindRoles: [IdentityRole]) {
+        self.init(name: name, dial: .roles(dialRoles), bind: .roles(bindRoles))
+    }
+
+    /// The roles column an earlier release reads (`ServicePolicy.legacyRoles`), comma-separated.
+    package static func legacyColumn(_ policy: ServicePolicy) -> String {
+        policy.legacyRoles.map(\.rawValue).joined(separator: ",")
+    }
+
+    /// A policy as stored: the JSON column when set, else the roles column of a row an earlier release wrote (which
+    /// is exactly what that row meant: any of these roles). A JSON column that does not parse allows nobody: the
+    /// row is refused, not guessed at.
+    package static func storedPolicy(json: String?, roles: String) -> ServicePolicy {
+        guard let json else {
+            return .roles(roles.split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) })
+        }
+        return (try? JSONDecoder().decode(ServicePolicy.self, from: Data(json.utf8))) ?? .nobody
+    }
+
+    /// The JSON column's text.
+    package static func storedJSON(_ policy: ServicePolicy) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? encoder.encode(policy)).map { String(decoding: $0, as: UTF8.self) } ?? #"{"semantic":"anyOf","tokens":[]}"#
     }
 }
 

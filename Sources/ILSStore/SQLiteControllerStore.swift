@@ -110,8 +110,28 @@ public final class SQLiteControllerStore: ControllerStore {
         try await run { stores throws(ILSError) in try stores.services() }
     }
 
-    public func createService(_ service: ServiceRecord) async throws(ILSError) {
-        try await run { stores throws(ILSError) in try stores.createService(service) }
+    public func createService(_ service: ServiceRecord, actor: String) async throws(ILSError) {
+        try await run { stores throws(ILSError) in try stores.createService(service, actor: actor) }
+    }
+
+    public func updateService(_ service: ServiceRecord, expectedRevision: Int64, actor: String) async throws(ILSError)
+        -> ServiceRecord
+    {
+        try await run { stores throws(ILSError) in
+            try stores.updateService(service, expectedRevision: expectedRevision, actor: actor)
+        }
+    }
+
+    public func deleteService(named name: String, actor: String) async throws(ILSError) -> ServiceRecord? {
+        try await run { stores throws(ILSError) in try stores.deleteService(named: name, actor: actor) }
+    }
+
+    public func updateAttributes(named name: String, attributes: [String], actor: String) async throws(ILSError)
+        -> IdentityRecord
+    {
+        try await run { stores throws(ILSError) in
+            try stores.updateAttributes(named: name, attributes: attributes, actor: actor)
+        }
     }
 
     public func audit(actor: String, action: String, target: String, detail: String) async throws(ILSError) {

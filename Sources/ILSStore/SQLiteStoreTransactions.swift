@@ -43,6 +43,13 @@ final class SQLiteStoreTransactions: Sendable {
                 address TEXT PRIMARY KEY, started_at INTEGER NOT NULL, last_seen_at INTEGER NOT NULL)
             """
         ],
+        // Services and policies: the policies as JSON (NULL in a row an earlier release wrote, which then means its
+        // roles columns, still written for that release) and a revision for updates.
+        [
+            "ALTER TABLE services ADD COLUMN dial_policy TEXT",
+            "ALTER TABLE services ADD COLUMN bind_policy TEXT",
+            "ALTER TABLE services ADD COLUMN revision INTEGER NOT NULL DEFAULT 1",
+        ],
     ]
 
     /// Opens (creating if needed) the store at `path`; `SQLiteControllerStore.inMemory` is a private store that
@@ -316,41 +323,128 @@ final class SQLiteStoreTransactions: Sendable {
         }
     }
 
+    private static let serviceColumns = "name, dial_roles, bind_roles, dial_policy, bind_policy, revision"
+
     private static func service(from row: [SQLiteValue]) -> ServiceRecord? {
-        guard row.count == 3, let name = row[0].text else { return nil }
-        func roles(_ value: SQLiteValue) -> [IdentityRole] {
-            (value.text ?? "").split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) }
-        }
-        return ServiceRecord(name: name, dialRoles: roles(row[1]), bindRoles: roles(row[2]))
+        guard row.count == 6, let name = row[0].text, let revision = row[5].integer else { return nil }
+        return ServiceRecord(
+            name: name,
+            dial: ServiceRecord.storedPolicy(json: row[3].text, roles: row[1].text ?? ""),
+            bind: ServiceRecord.storedPolicy(json: row[4].text, roles: row[2].text ?? ""),
+            revision: revision
+        )
     }
 
     func services() throws(ILSError) -> [ServiceRecord] {
         try database.withConnection { () throws(ILSError) in
-            try database.query("SELECT name, dial_roles, bind_roles FROM services ORDER BY name")
+            try database.query("SELECT \(Self.serviceColumns) FROM services ORDER BY name")
                 .compactMap(Self.service(from:))
         }
     }
 
     func service(named name: String) throws(ILSError) -> ServiceRecord? {
         try database.withConnection { () throws(ILSError) -> ServiceRecord? in
-            try database.query("SELECT name, dial_roles, bind_roles FROM services WHERE name = ?", [.text(name)])
-                .first.flatMap(Self.service(from:))
+            try storedService(named: name)
         }
     }
 
-    func createService(_ service: ServiceRecord) throws(ILSError) {
+    private func storedService(named name: String) throws(ILSError) -> ServiceRecord? {
+        try database.query("SELECT \(Self.serviceColumns) FROM services WHERE name = ?", [.text(name)])
+            .first.flatMap(Self.service(from:))
+    }
+
+    private func insertService(_ service: ServiceRecord, createdAt: Int64) throws(ILSError) {
+        try database.execute(
+            """
+            INSERT INTO services (name, dial_roles, bind_roles, dial_policy, bind_policy, revision, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                .text(service.name), .text(ServiceRecord.legacyColumn(service.dial)),
+                .text(ServiceRecord.legacyColumn(service.bind)), .text(ServiceRecord.storedJSON(service.dial)),
+                .text(ServiceRecord.storedJSON(service.bind)), .integer(service.revision), .integer(createdAt),
+            ]
+        )
+    }
+
+    func createService(_ service: ServiceRecord, actor: String) throws(ILSError) {
         try database.transaction { () throws(ILSError) in
             guard try database.query("SELECT 1 FROM services WHERE name = ?", [.text(service.name)]).isEmpty else {
                 throw ILSError(.conflict, "a service named '\(service.name)' already exists")
             }
+            var created = service
+            created.revision = 1
+            try insertService(created, createdAt: Int64(Date().timeIntervalSince1970))
+            try insertAudit(
+                actor: actor,
+                action: "service.create",
+                target: service.name,
+                detail: ServiceAudit.created(created)
+            )
+        }
+    }
+
+    func updateService(_ service: ServiceRecord, expectedRevision: Int64, actor: String) throws(ILSError)
+        -> ServiceRecord
+    {
+        try database.transaction { () throws(ILSError) -> ServiceRecord in
+            guard let current = try storedService(named: service.name) else {
+                throw ILSError(.notFound, "no service named '\(service.name)'")
+            }
+            guard current.revision == expectedRevision else { throw ServiceAudit.stale(service.name) }
+            var updated = service
+            updated.revision = current.revision + 1
             try database.execute(
-                "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (?, ?, ?, ?)",
+                """
+                UPDATE services SET dial_roles = ?, bind_roles = ?, dial_policy = ?, bind_policy = ?, revision = ?
+                WHERE name = ?
+                """,
                 [
-                    .text(service.name), .text(service.dialRoles.map(\.rawValue).joined(separator: ",")),
-                    .text(service.bindRoles.map(\.rawValue).joined(separator: ",")),
-                    .integer(Int64(Date().timeIntervalSince1970)),
+                    .text(ServiceRecord.legacyColumn(updated.dial)), .text(ServiceRecord.legacyColumn(updated.bind)),
+                    .text(ServiceRecord.storedJSON(updated.dial)), .text(ServiceRecord.storedJSON(updated.bind)),
+                    .integer(updated.revision), .text(updated.name),
                 ]
             )
+            try insertAudit(
+                actor: actor,
+                action: "service.update",
+                target: service.name,
+                detail: ServiceAudit.updated(from: current, to: updated)
+            )
+            return updated
+        }
+    }
+
+    func deleteService(named name: String, actor: String) throws(ILSError) -> ServiceRecord? {
+        try database.transaction { () throws(ILSError) -> ServiceRecord? in
+            guard let current = try storedService(named: name) else { return nil }
+            try database.execute("DELETE FROM services WHERE name = ?", [.text(name)])
+            try insertAudit(actor: actor, action: "service.delete", target: name, detail: ServiceAudit.created(current))
+            return current
+        }
+    }
+
+    func updateAttributes(named name: String, attributes: [String], actor: String) throws(ILSError) -> IdentityRecord {
+        try database.transaction { () throws(ILSError) -> IdentityRecord in
+            guard
+                var record = try database.query(
+                    "SELECT \(Self.identityColumns) FROM identities WHERE name = ?",
+                    [.text(name)]
+                ).first.flatMap(Self.identity(from:))
+            else { throw ILSError(.notFound, "no identity named '\(name)'") }
+            let before = record.attributes
+            record.attributes = attributes
+            try database.execute(
+                "UPDATE identities SET attributes = ? WHERE id = ?",
+                [.text(attributes.joined(separator: ",")), .text(record.id)]
+            )
+            try insertAudit(
+                actor: actor,
+                action: "identity.attributes",
+                target: name,
+                detail: ServiceAudit.attributes(from: before, to: attributes)
+            )
+            return record
         }
     }
 
@@ -456,7 +550,7 @@ final class SQLiteStoreTransactions: Sendable {
                     consumedAt: row[4].integer
                 )
             }
-            let services = try database.query("SELECT name, dial_roles, bind_roles FROM services ORDER BY name")
+            let services = try database.query("SELECT \(Self.serviceColumns) FROM services ORDER BY name")
                 .compactMap(Self.service(from:))
             return StoreRecords(identities: identities, tokens: tokens, services: services)
         }
@@ -470,14 +564,7 @@ final class SQLiteStoreTransactions: Sendable {
             // A fresh store has the default service; the imported list replaces it.
             try database.execute("DELETE FROM services")
             for service in records.services {
-                try database.execute(
-                    "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (?, ?, ?, ?)",
-                    [
-                        .text(service.name), .text(service.dialRoles.map(\.rawValue).joined(separator: ",")),
-                        .text(service.bindRoles.map(\.rawValue).joined(separator: ",")),
-                        .integer(Int64(Date().timeIntervalSince1970)),
-                    ]
-                )
+                try insertService(service, createdAt: Int64(Date().timeIntervalSince1970))
             }
             for identity in records.identities {
                 let record = identity.record

@@ -57,7 +57,15 @@ public final class PostgresControllerStore: ControllerStore {
             CREATE TABLE controllers (
                 address TEXT PRIMARY KEY, started_at BIGINT NOT NULL, last_seen_at BIGINT NOT NULL)
             """,
-        ]
+        ],
+        // Services and policies, as SQLite's migration 4: the policies as JSON (NULL in a row an earlier release
+        // wrote: its roles columns, still written for a replica of that release, then say what it means).
+        [
+            """
+            ALTER TABLE services ADD COLUMN dial_policy TEXT, ADD COLUMN bind_policy TEXT,
+                ADD COLUMN revision BIGINT NOT NULL DEFAULT 1
+            """
+        ],
     ]
 
     /// Connects to `url` and brings the schema up to date. Two controllers starting at once migrate one after the
@@ -471,19 +479,47 @@ public final class PostgresControllerStore: ControllerStore {
     private static func services(_ connection: PostgresConnection, where clause: PostgresQuery) async throws
         -> [ServiceRecord]
     {
-        var query: PostgresQuery = "SELECT name, dial_roles, bind_roles FROM services "
+        var query: PostgresQuery = "SELECT name, dial_roles, bind_roles, dial_policy, bind_policy, revision FROM services "
         query.sql += clause.sql
         query.binds = clause.binds
-        func roles(_ text: String) -> [IdentityRole] {
-            text.split(separator: ",").compactMap { IdentityRole(rawValue: String($0)) }
-        }
         var services: [ServiceRecord] = []
-        for try await (name, dial, bind) in try await connection.query(query, logger: quiet)
-            .decode((String, String, String).self)
-        {
-            services.append(ServiceRecord(name: name, dialRoles: roles(dial), bindRoles: roles(bind)))
+        for try await (name, dialRoles, bindRoles, dial, bind, revision) in try await connection.query(
+            query,
+            logger: quiet
+        ).decode((String, String, String, String?, String?, Int64).self) {
+            services.append(
+                ServiceRecord(
+                    name: name,
+                    dial: ServiceRecord.storedPolicy(json: dial, roles: dialRoles),
+                    bind: ServiceRecord.storedPolicy(json: bind, roles: bindRoles),
+                    revision: revision
+                )
+            )
         }
         return services
+    }
+
+    /// Inserts `service`; false when the name is taken.
+    private static func insertService(_ connection: PostgresConnection, _ service: ServiceRecord) async throws
+        -> Bool
+    {
+        let dialRoles = ServiceRecord.legacyColumn(service.dial)
+        let bindRoles = ServiceRecord.legacyColumn(service.bind)
+        let dial = ServiceRecord.storedJSON(service.dial)
+        let bind = ServiceRecord.storedJSON(service.bind)
+        let now = Int64(Date().timeIntervalSince1970)
+        var inserted = false
+        for try await _ in try await connection.query(
+            """
+            INSERT INTO services (name, dial_roles, bind_roles, dial_policy, bind_policy, revision, created_at)
+            VALUES (\(service.name), \(dialRoles), \(bindRoles), \(dial), \(bind), \(service.revision), \(now))
+            ON CONFLICT (name) DO NOTHING RETURNING name
+            """,
+            logger: quiet
+        ) {
+            inserted = true
+        }
+        return inserted
     }
 
     public func service(named name: String) async throws(ILSError) -> ServiceRecord? {
@@ -494,23 +530,96 @@ public final class PostgresControllerStore: ControllerStore {
         try await transaction { try await Self.services($0, where: "ORDER BY name") }
     }
 
-    public func createService(_ service: ServiceRecord) async throws(ILSError) {
+    public func createService(_ service: ServiceRecord, actor: String) async throws(ILSError) {
         try await transaction { connection in
-            let dial = service.dialRoles.map(\.rawValue).joined(separator: ",")
-            let bind = service.bindRoles.map(\.rawValue).joined(separator: ",")
-            let now = Int64(Date().timeIntervalSince1970)
-            var inserted = false
-            for try await _ in try await connection.query(
+            var created = service
+            created.revision = 1
+            guard try await Self.insertService(connection, created) else {
+                throw ILSError(.conflict, "a service named '\(service.name)' already exists")
+            }
+            try await Self.insertAudit(
+                connection,
+                actor: actor,
+                action: "service.create",
+                target: service.name,
+                detail: ServiceAudit.created(created)
+            )
+            try await Self.notify(connection, "services")
+        }
+    }
+
+    public func updateService(_ service: ServiceRecord, expectedRevision: Int64, actor: String) async throws(ILSError)
+        -> ServiceRecord
+    {
+        try await transaction { connection in
+            guard let current = try await Self.services(connection, where: "WHERE name = \(service.name) FOR UPDATE").first
+            else { throw ILSError(.notFound, "no service named '\(service.name)'") }
+            guard current.revision == expectedRevision else { throw ServiceAudit.stale(service.name) }
+            var updated = service
+            updated.revision = current.revision + 1
+            let dialRoles = ServiceRecord.legacyColumn(updated.dial)
+            let bindRoles = ServiceRecord.legacyColumn(updated.bind)
+            let dial = ServiceRecord.storedJSON(updated.dial)
+            let bind = ServiceRecord.storedJSON(updated.bind)
+            try await connection.query(
                 """
-                INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (\(service.name), \(dial), \(bind), \(now))
-                ON CONFLICT (name) DO NOTHING RETURNING name
+                UPDATE services SET dial_roles = \(dialRoles), bind_roles = \(bindRoles), dial_policy = \(dial),
+                    bind_policy = \(bind), revision = \(updated.revision)
+                WHERE name = \(updated.name)
                 """,
                 logger: Self.quiet
-            ) {
-                inserted = true
-            }
-            guard inserted else { throw ILSError(.conflict, "a service named '\(service.name)' already exists") }
+            )
+            try await Self.insertAudit(
+                connection,
+                actor: actor,
+                action: "service.update",
+                target: service.name,
+                detail: ServiceAudit.updated(from: current, to: updated)
+            )
             try await Self.notify(connection, "services")
+            return updated
+        }
+    }
+
+    public func deleteService(named name: String, actor: String) async throws(ILSError) -> ServiceRecord? {
+        try await transaction { connection in
+            guard let current = try await Self.services(connection, where: "WHERE name = \(name) FOR UPDATE").first
+            else { return nil }
+            try await connection.query("DELETE FROM services WHERE name = \(name)", logger: Self.quiet)
+            try await Self.insertAudit(
+                connection,
+                actor: actor,
+                action: "service.delete",
+                target: name,
+                detail: ServiceAudit.created(current)
+            )
+            try await Self.notify(connection, "services")
+            return current
+        }
+    }
+
+    public func updateAttributes(named name: String, attributes: [String], actor: String) async throws(ILSError)
+        -> IdentityRecord
+    {
+        try await transaction { connection in
+            guard var record = try await Self.identities(connection, where: "WHERE name = \(name) FOR UPDATE").first
+            else { throw ILSError(.notFound, "no identity named '\(name)'") }
+            let before = record.attributes
+            record.attributes = attributes
+            let joined = attributes.joined(separator: ",")
+            try await connection.query(
+                "UPDATE identities SET attributes = \(joined) WHERE id = \(record.id)",
+                logger: Self.quiet
+            )
+            try await Self.insertAudit(
+                connection,
+                actor: actor,
+                action: "identity.attributes",
+                target: name,
+                detail: ServiceAudit.attributes(from: before, to: attributes)
+            )
+            try await Self.notify(connection, "identity:\(record.id)")
+            return record
         }
     }
 
@@ -653,15 +762,7 @@ public final class PostgresControllerStore: ControllerStore {
                 throw ILSError(.conflict, "the target store already has identities; migrate only into an empty store")
             }
             try await connection.query("DELETE FROM services", logger: Self.quiet)
-            let now = Int64(Date().timeIntervalSince1970)
-            for service in records.services {
-                let dial = service.dialRoles.map(\.rawValue).joined(separator: ",")
-                let bind = service.bindRoles.map(\.rawValue).joined(separator: ",")
-                try await connection.query(
-                    "INSERT INTO services (name, dial_roles, bind_roles, created_at) VALUES (\(service.name), \(dial), \(bind), \(now))",
-                    logger: Self.quiet
-                )
-            }
+            for service in records.services { _ = try await Self.insertService(connection, service) }
             for identity in records.identities {
                 let record = identity.record
                 let attributes = record.attributes.joined(separator: ",")

@@ -8,7 +8,7 @@ public import ILSGateway
 public import ILSProxy
 public import ILSStore
 public import ILSTunnel
-import Logging
+public import Logging
 import NIOPosix
 
 /// The whole system in one process on 127.0.0.1: a controller (real TLS, real SQLite file), gateways serving
@@ -35,7 +35,7 @@ public final class TestCluster: @unchecked Sendable {
     public let id: String
     /// Every role of this cluster logs here: to standard error at the level `ILS_TEST_LOG` names (`debug`, `info`,
     /// ...), otherwise into `CapturedLog` at notice and above, which `withCluster` prints when a test fails.
-    let logger: Logger
+    public let logger: Logger
 
     static func makeLogger(id: String) -> Logger {
         var logger: Logger
@@ -136,12 +136,17 @@ public final class TestCluster: @unchecked Sendable {
     }
 
     /// Creates and enrolls an identity through the admin API and the real enrollment client.
-    public func enroll(_ name: String, role: IdentityRole) async throws -> IdentityFile {
+    public func enroll(_ name: String, role: IdentityRole, attributes: [String] = []) async throws -> IdentityFile {
         let admin = try admin()
         let created: ControllerAPI.TokenResponse = try await admin.call(
             .POST,
             "/v1/admin/identities",
-            body: ControllerAPI.CreateIdentityRequest(name: name, role: role, attributes: [], tokenLifetimeSeconds: 600)
+            body: ControllerAPI.CreateIdentityRequest(
+                name: name,
+                role: role,
+                attributes: attributes,
+                tokenLifetimeSeconds: 600
+            )
         )
         return try await Enrollment.enroll(
             token: created.token,
@@ -150,15 +155,31 @@ public final class TestCluster: @unchecked Sendable {
         ).file
     }
 
-    /// Adds a gateway with a fresh backend, and waits until the controller lets it host.
-    public func addGateway(name: String) async throws {
+    /// Adds a gateway of `service` with a fresh backend, and waits until the controller lets it host. Returns the
+    /// backend.
+    @discardableResult
+    public func addGateway(name: String, service: String = "claude-api", attributes: [String] = []) async throws
+        -> TestBackend
+    {
+        let (gateway, backend) = try await startGateway(
+            identity: try await enroll(name, role: .gateway, attributes: attributes),
+            service: service
+        )
+        guard await Self.eventually(.seconds(10), { gateway.isHosting }) else {
+            throw ILSError(.unavailable, "gateway never hosted")
+        }
+        return backend
+    }
+
+    /// Starts a gateway of `service` with `identity` and a fresh backend, without waiting for it to host (a test of
+    /// a refused binding); `stop` ends both.
+    public func startGateway(identity: IdentityFile, service: String) async throws -> (OverlayGateway, TestBackend) {
         let backend = try await TestBackend.start()
-        let identity = try await enroll(name, role: .gateway)
         var proxy = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
         configureProxy(&proxy)
         let gateway = try OverlayGateway(
             identity: identity,
-            service: "claude-api",
+            service: service,
             proxy: proxy,
             logger: logger,
             handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout)
@@ -166,17 +187,15 @@ public final class TestCluster: @unchecked Sendable {
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)
         gateways.append(gateway)
-        guard await Self.eventually(.seconds(10), { gateway.isHosting }) else {
-            throw ILSError(.unavailable, "gateway never hosted")
-        }
+        return (gateway, backend)
     }
 
     /// Starts a tunnel for `identity` on a free loopback port; returns the port.
     @discardableResult
-    public func startTunnel(identity: IdentityFile) async throws -> Int {
+    public func startTunnel(identity: IdentityFile, service: String = "claude-api") async throws -> Int {
         let tunnel = try Tunnel(
             identity: identity,
-            service: "claude-api",
+            service: service,
             listen: HostPort(host: "127.0.0.1", port: 0),
             allowRemote: false,
             logger: logger

@@ -29,7 +29,7 @@ struct HostControlPolicyLinkTests {
             controller: Controller(state: state),
             link: (0, 1),
             registration: .separate(
-                subscribe: { recorded.withLockedValue { $0.subscribed += 1 } },
+                subscribe: { _ in recorded.withLockedValue { $0.subscribed += 1 } },
                 host: { service in recorded.withLockedValue { $0.hosted.append(service) } }
             )
         )
@@ -78,7 +78,7 @@ struct HostControlPolicyLinkTests {
                     gateway: gatewayRecord(),
                     controller: Controller(state: state),
                     link: (0, 1),
-                    registration: .separate(subscribe: {}, host: { _ in })
+                    registration: .separate(subscribe: { _ in }, host: { _ in })
                 )
             )
             var headers: HPACKHeaders = [":status": "200", FabricProtocol.serviceHeader: "claude-api"]

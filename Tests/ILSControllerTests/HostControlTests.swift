@@ -87,6 +87,7 @@ struct RelayIdentityCheckTests {
         var device = try await activeDevice(in: state)
         let relay = Relay(
             controller: Controller(state: state),
+            live: LiveConnections(),
             gatewayTimeout: .seconds(1),
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )
@@ -157,6 +158,7 @@ struct RelayGatewayTimeoutTests {
         gatewaySide.connect(to: address, promise: nil)
         let relay = Relay(
             controller: Controller(state: state),
+            live: LiveConnections(),
             gatewayTimeout: .seconds(1),
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )

@@ -52,6 +52,7 @@ struct RelayHostCertificateTests {
         let link = try Link(loop: loop)
         let relay = Relay(
             controller: Controller(state: state),
+            live: LiveConnections(),
             gatewayTimeout: .seconds(1),
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )
