@@ -87,6 +87,7 @@ struct StatusCommand: AsyncParsableCommand {
             say("controller:  \(report.controller) — \(report.controllerReachable ? "reachable" : "unreachable")")
             say("accepted:    \(report.accepted ? "yes, state \(report.state?.rawValue ?? "?")" : "no")")
             if let problem = report.problem { say("problem:     \(problem)") }
+            if let controllers = report.controllers, !controllers.isEmpty { say("cluster:") }
             for controller in report.controllers ?? [] {
                 var line = "  " + cell(controller.address, 32)
                 if !controller.reachable {
@@ -96,7 +97,6 @@ struct StatusCommand: AsyncParsableCommand {
                 }
                 if let sessions = controller.sessions { line += ", \(sessions) live sessions" }
                 if let problem = controller.problem { line += ": \(problem)" }
-                if controller.address == report.controllers?.first?.address { say("cluster:") }
                 say(line)
             }
         }

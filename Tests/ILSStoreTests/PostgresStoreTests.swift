@@ -112,10 +112,13 @@ struct PostgresStoreTests {
         let other = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
         var feed = store.changes().makeAsyncIterator()
         await Self.warmUp(&feed, writer: other)
-        let listeners = try server.psql(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-            database: database
-        ).split(separator: "\n").compactMap { Int32($0) }
+        let listening = {
+            try server.psql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+                database: database
+            ).split(separator: "\n").compactMap { Int32($0) }
+        }
+        let listeners = try listening()
         try #require(listeners.count == 1, "one listening connection: \(listeners)")
         // The listening connection's server process stops: its socket stays open and nothing it should send arrives.
         try server.signal(SIGSTOP, process: listeners[0])
@@ -126,10 +129,7 @@ struct PostgresStoreTests {
         let heard = try await enrolled("mac", in: other)
         #expect(await Self.next(&feed) { $0 == .identity(id: heard.id) } != nil)
         #expect(lost.id != heard.id)
-        let now = try server.psql(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-            database: database
-        ).split(separator: "\n").compactMap { Int32($0) }
+        let now = try listening()
         #expect(now.contains { $0 != listeners[0] }, "a new listening connection: \(now)")
         await store.close()
         await other.close()

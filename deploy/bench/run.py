@@ -740,7 +740,7 @@ def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
     pg = pg_fixture.TestPostgres(bin_dir)
     atexit.register(pg.stop)
     os.environ["PGPASSWORD"] = pg_fixture.PASSWORD  # every controller command reads it from the environment
-    out: dict = {"postgres": pg_fixture.binaries().parent.name}
+    out: dict = {"postgres": bin_dir.parent.name}
     try:
         store = pg.create_database()
         a_port, b_port = free_port(), free_port()
