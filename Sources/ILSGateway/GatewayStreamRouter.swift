@@ -6,7 +6,7 @@ import ILSProxy
 import ILSSodium
 import Logging
 import NIOConcurrencyHelpers
-import NIOCore
+package import NIOCore
 import NIOHPACK
 import NIOHTTP1
 import NIOHTTP2
@@ -81,10 +81,10 @@ public final class GatewayPolicy: Sendable {
         return true
     }
 
-    /// Identity ids are lowercase UUIDs; anything that is not 1-64 of `[0-9a-f-]` is not one.
+    /// Identity ids are lowercase UUIDs; anything outside the identity-name rules (1-64 of `A-Za-z0-9._-`) is not
+    /// one, and is never stored or logged.
     static func couldBeID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 64
-            && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || $0 == 0x2D }
+        (try? IdentityName.validate(id)) != nil
     }
 
     /// Forgets `controller`'s block list: the replica left the controller list and the gateway no longer links to
@@ -95,7 +95,7 @@ public final class GatewayPolicy: Sendable {
     }
 
     /// Remembers an established circuit so a revocation or a narrowed grant can end it.
-    func track(_ channel: any Channel, identityID: String, via controller: String = "") {
+    package func track(_ channel: any Channel, identityID: String, via controller: String = "") {
         let key = ObjectIdentifier(channel)
         circuits.withLockedValue { $0[identityID, default: [:]][key] = channel }
         GatewayMetrics.circuitsTotal.increment()

@@ -4,6 +4,8 @@ import ILSCrypto
 import ILSFabric
 import ILSGateway
 import ILSTesting
+import NIOCore
+import NIOEmbedded
 import Testing
 
 @Suite("The gateway's own access decision")
@@ -69,5 +71,79 @@ struct GatewayPolicyTests {
         policy.updateRevoked([], from: "https://a:8443")
         #expect(!policy.blocks("id-ipad"))
         #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
+    }
+
+    @Test("with a grant, membership decides, not the role; a controller that sent none leaves the roles to decide")
+    func grantDecides() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        let ipad = try certificate("ipad", role: .device)
+        let admin = try certificate("phone-admin", role: .admin)
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+        #expect(policy.updateGrant(grant([admin.id]), from: "a", hosted: "claude-api"))
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") == .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+        // Controller b sent no grant (an earlier release): its circuits are decided by the roles.
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "b") == .allow)
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "b") != .allow)
+        // A block still comes first.
+        policy.updateRevoked([admin.id], from: "a")
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+    }
+
+    @Test("grants are per controller: one that narrows ends the circuits it took away, another's grant does not keep them")
+    func grantPerController() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        let ipad = try certificate("ipad", role: .device)
+        let laptop = try certificate("laptop", role: .device)
+        #expect(policy.updateGrant(grant([ipad.id, laptop.id]), from: "a", hosted: "claude-api"))
+        #expect(policy.updateGrant(grant([ipad.id]), from: "b", hosted: "claude-api"))
+        let viaB = try activeChannel()
+        let other = try activeChannel()
+        policy.track(viaB, identityID: ipad.id, via: "b")
+        policy.track(other, identityID: laptop.id, via: "a")
+        #expect(policy.liveCircuits == 2)
+
+        // A narrows: the circuit of the identity it dropped ends, whichever controller carried it.
+        #expect(policy.updateGrant(grant([laptop.id]), from: "a", hosted: "claude-api"))
+        viaB.embeddedEventLoop.run()
+        other.embeddedEventLoop.run()
+        #expect(!viaB.isActive)
+        #expect(other.isActive, "a circuit of an identity A still grants was cut")
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "b") == .allow)
+
+        // A circuit decided before a narrowing and tracked after it is closed at once.
+        let late = try activeChannel()
+        policy.track(late, identityID: ipad.id, via: "a")
+        late.embeddedEventLoop.run()
+        #expect(!late.isActive)
+        _ = try? other.finish()
+    }
+
+    @Test("a grant for another service, too large, or with an id that cannot be one is dropped whole")
+    func badGrantsDropped() throws {
+        let policy = GatewayPolicy()
+        policy.update([.device])
+        let ipad = try certificate("ipad", role: .device)
+        #expect(policy.updateGrant(grant([ipad.id]), from: "a", hosted: "claude-api"))
+        #expect(!policy.updateGrant(DialGrant(service: "other", policy: "", identities: []), from: "a", hosted: "claude-api"))
+        #expect(!policy.updateGrant(grant(["\u{1b}[2J", ipad.id]), from: "a", hosted: "claude-api"))
+        #expect(!policy.updateGrant(grant([String(repeating: "a", count: 65)]), from: "a", hosted: "claude-api"))
+        let huge = (0...DialGrant.maximumIdentities).map { "id-\($0)" }
+        #expect(!policy.updateGrant(grant(huge), from: "a", hosted: "claude-api"))
+        // What was in force stays.
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") == .allow)
+    }
+
+    private func activeChannel() throws -> EmbeddedChannel {
+        let channel = EmbeddedChannel()
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        return channel
+    }
+
+    private func grant(_ ids: [String]) -> DialGrant {
+        DialGrant(service: "claude-api", policy: "test", identities: ids)
     }
 }
