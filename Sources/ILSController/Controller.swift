@@ -220,7 +220,7 @@ public struct Controller: Sendable {
         -> ControllerAPI.TokenResponse
     {
         try IdentityName.validate(request.name)
-        for attribute in request.attributes { try IdentityName.validate(attribute) }
+        try Self.validateAttributes(request.attributes)
         let now = Int64(Date().timeIntervalSince1970)
         let identity = IdentityRecord(
             id: UUID().uuidString.lowercased(),

@@ -34,7 +34,9 @@ final class LiveConnections: Sendable {
 
     func addControlStream(_ channel: any Channel, service: String, gatewayID: String) {
         let key = ObjectIdentifier(channel)
-        controlStreams.withLockedValue { $0[key] = ControlStream(channel: channel, service: service, gatewayID: gatewayID) }
+        controlStreams.withLockedValue {
+            $0[key] = ControlStream(channel: channel, service: service, gatewayID: gatewayID)
+        }
         channel.closeFuture.whenComplete { _ in
             _ = self.controlStreams.withLockedValue { $0.removeValue(forKey: key) }
         }

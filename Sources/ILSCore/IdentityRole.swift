@@ -67,7 +67,8 @@ public enum IdentityName {
         guard !name.isEmpty, name.utf8.count <= 64, allowed, !name.hasPrefix("."), !name.hasPrefix("-") else {
             throw ILSError(
                 .invalidArgument,
-                "'\(name.prefix(80))' is not a valid identity name; use 1-64 letters, digits, '.', '_' or '-'"
+                "'\(ControlCharacters.escaped(String(name.prefix(80))))' is not a valid identity name; "
+                    + "use 1-64 letters, digits, '.', '_' or '-'"
             )
         }
     }

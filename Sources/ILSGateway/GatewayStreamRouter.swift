@@ -138,7 +138,8 @@ public final class GatewayPolicy: Sendable {
         guard let roles = dialRoles.withLockedValue({ $0 }) else {
             return .deny(reason: "the gateway has not received its policy yet; retry shortly")
         }
-        let allowed = grants.withLockedValue { $0[controller] }.map { $0.contains(peer.id) } ?? roles.contains(peer.role)
+        let allowed =
+            grants.withLockedValue { $0[controller] }.map { $0.contains(peer.id) } ?? roles.contains(peer.role)
         guard allowed else {
             return .deny(reason: "identity '\(peer.name)' (role \(peer.role.rawValue)) may not dial '\(service)'")
         }

@@ -335,7 +335,9 @@ final class PolicyLink: Sendable {
             policy.updateRevoked(blocked)
         }
         if let grant = message.dialGrant, !policy.updateGrant(grant, hosted: service) {
-            logger.warning("the controller sent a dial grant this gateway cannot apply; the previous one stays in force")
+            logger.warning(
+                "the controller sent a dial grant this gateway cannot apply; the previous one stays in force"
+            )
         }
         if let roles = message.dialRoles {
             policy.update(roles)

@@ -1,5 +1,5 @@
-public import ILSCore
 import Foundation
+public import ILSCore
 
 /// The controller's persistent state: identities, their tokens, services, the audit log and the controllers that
 /// share it. Two implementations pass one contract suite (`Tests/ILSStoreTests`): `SQLiteControllerStore`, the
@@ -174,7 +174,8 @@ public struct ServiceRecord: Sendable, Hashable, Codable {
     package static func storedJSON(_ policy: ServicePolicy) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        return (try? encoder.encode(policy)).map { String(decoding: $0, as: UTF8.self) } ?? #"{"semantic":"anyOf","tokens":[]}"#
+        return (try? encoder.encode(policy)).map { String(decoding: $0, as: UTF8.self) }
+            ?? #"{"semantic":"anyOf","tokens":[]}"#
     }
 }
 

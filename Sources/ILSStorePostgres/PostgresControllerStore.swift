@@ -479,7 +479,8 @@ public final class PostgresControllerStore: ControllerStore {
     private static func services(_ connection: PostgresConnection, where clause: PostgresQuery) async throws
         -> [ServiceRecord]
     {
-        var query: PostgresQuery = "SELECT name, dial_roles, bind_roles, dial_policy, bind_policy, revision FROM services "
+        var query: PostgresQuery =
+            "SELECT name, dial_roles, bind_roles, dial_policy, bind_policy, revision FROM services "
         query.sql += clause.sql
         query.binds = clause.binds
         var services: [ServiceRecord] = []
@@ -552,7 +553,9 @@ public final class PostgresControllerStore: ControllerStore {
         -> ServiceRecord
     {
         try await transaction { connection in
-            guard let current = try await Self.services(connection, where: "WHERE name = \(service.name) FOR UPDATE").first
+            guard
+                let current = try await Self.services(connection, where: "WHERE name = \(service.name) FOR UPDATE")
+                    .first
             else { throw ILSError(.notFound, "no service named '\(service.name)'") }
             guard current.revision == expectedRevision else { throw ServiceAudit.stale(service.name) }
             var updated = service

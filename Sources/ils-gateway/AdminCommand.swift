@@ -7,7 +7,7 @@ import ILSCore
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin",
-        abstract: "Administer identities through the controller's admin API.",
+        abstract: "Administer identities and services through the controller's admin API.",
         discussion: """
             --identity may be given before or after the verb. Default: identities/admin.json.
 
@@ -15,7 +15,7 @@ struct AdminCommand: AsyncParsableCommand {
               ils-gateway admin identity create ipad --role device -o ipad.jwt
               ils-gateway admin --identity ops.json identity list --json
             """,
-        subcommands: [IdentityCommand.self, SessionsCommand.self, AuditCommand.self]
+        subcommands: [IdentityCommand.self, ServiceCommand.self, SessionsCommand.self, AuditCommand.self]
     )
 
     @Option(help: "The admin identity file.")

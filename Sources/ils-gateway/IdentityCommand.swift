@@ -18,7 +18,8 @@ struct IdentityCommand: AsyncParsableCommand {
               ils-gateway admin identity list
             """,
         subcommands: [
-            Create.self, List.self, Show.self, Revoke.self, Disable.self, Enable.self, Delete.self, Reissue.self,
+            Create.self, List.self, Show.self, Update.self, Revoke.self, Disable.self, Enable.self, Delete.self,
+            Reissue.self,
         ]
     )
 
@@ -140,6 +141,46 @@ struct IdentityCommand: AsyncParsableCommand {
             say("created:     \(formatTime(identity.createdAt))")
             say("cert expiry: \(formatTime(identity.certificateNotAfter))")
             say("last seen:   \(formatTime(identity.lastSeenAt))")
+        }
+    }
+
+    struct Update: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Replace an identity's attributes; circuits its new attributes no longer allow end now.",
+            discussion: """
+                Service policies match on attributes (#ipad). The list replaces the old one whole; '' clears it.
+                Before the command returns, the identity's live circuits to any service whose dial policy no longer
+                allows it end, on every controller, and gateways refuse its new ones.
+
+                Examples:
+                  ils-gateway admin identity update ipad --attributes ipad,home
+                  ils-gateway admin identity update ipad --attributes ''
+                """
+        )
+
+        @ParentCommand var identityCommand: IdentityCommand
+        @OptionGroup var identityOption: AdminIdentityOption
+
+        @Argument(help: "The identity's name.")
+        var name: String
+
+        @Option(help: "The new comma-separated attributes (at most 32; '' for none).")
+        var attributes: String
+
+        func run() async throws {
+            try IdentityName.validate(name)
+            let list = attributes.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty }
+            for attribute in list { try IdentityName.validate(attribute) }
+            let client = try identityOption.client(parent: identityCommand.admin)
+            let identity: IdentityRecord = try await client.call(
+                .PUT,
+                "/v1/admin/identities/\(name)/attributes",
+                body: ControllerAPI.AttributesRequest(attributes: list)
+            )
+            say(
+                "\(identity.name): attributes \(identity.attributes.isEmpty ? "none" : identity.attributes.joined(separator: ","))"
+            )
         }
     }
 

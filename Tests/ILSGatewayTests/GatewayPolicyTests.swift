@@ -91,7 +91,9 @@ struct GatewayPolicyTests {
         #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
     }
 
-    @Test("grants are per controller: one that narrows ends the circuits it took away, another's grant does not keep them")
+    @Test(
+        "grants are per controller: one that narrows ends the circuits it took away, another's grant does not keep them"
+    )
     func grantPerController() throws {
         let policy = GatewayPolicy()
         policy.update([.device])
@@ -128,7 +130,13 @@ struct GatewayPolicyTests {
         policy.update([.device])
         let ipad = try certificate("ipad", role: .device)
         #expect(policy.updateGrant(grant([ipad.id]), from: "a", hosted: "claude-api"))
-        #expect(!policy.updateGrant(DialGrant(service: "other", policy: "", identities: []), from: "a", hosted: "claude-api"))
+        #expect(
+            !policy.updateGrant(
+                DialGrant(service: "other", policy: "", identities: []),
+                from: "a",
+                hosted: "claude-api"
+            )
+        )
         #expect(!policy.updateGrant(grant(["\u{1b}[2J", ipad.id]), from: "a", hosted: "claude-api"))
         #expect(!policy.updateGrant(grant([String(repeating: "a", count: 65)]), from: "a", hosted: "claude-api"))
         let huge = (0...DialGrant.maximumIdentities).map { "id-\($0)" }

@@ -170,19 +170,25 @@ struct ServicePolicyTests {
                 identity: try await cluster.enroll("gw-wrong", role: .gateway),
                 service: "second-api"
             )
-            #expect(await TestCluster.eventually {
-                CapturedLog.lines(containing: "cluster=\(cluster.id) ").contains { $0.contains("may not host") }
-            })
+            #expect(
+                await TestCluster.eventually {
+                    CapturedLog.lines(containing: "cluster=\(cluster.id) ").contains { $0.contains("may not host") }
+                }
+            )
             #expect(!wrong.isHosting)
             let audit = try await audit(cluster)
-            #expect(audit.contains { $0.action == "bind.refused" && $0.actor == "gw-wrong" && $0.target == "second-api" })
+            #expect(
+                audit.contains { $0.action == "bind.refused" && $0.actor == "gw-wrong" && $0.target == "second-api" }
+            )
 
             let second = try await cluster.addGateway(name: "gw-second", service: "second-api", attributes: ["second"])
             let phone = try await cluster.enroll("phone", role: .device)
             let firstPort = try await cluster.startTunnel(identity: phone)
             let secondPort = try await cluster.startTunnel(identity: phone, service: "second-api")
 
-            let (firstBefore, secondBefore) = (cluster.backend.record.connectionsAccepted, second.record.connectionsAccepted)
+            let (firstBefore, secondBefore) = (
+                cluster.backend.record.connectionsAccepted, second.record.connectionsAccepted
+            )
             for port in [firstPort, secondPort] {
                 let connection = try await TestHTTPConnection(port: port)
                 try await connection.sendRequest("GET", "/health")

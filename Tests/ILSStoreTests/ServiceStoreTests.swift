@@ -1,9 +1,10 @@
 import Foundation
 import ILSCore
-@testable import ILSStore
 import ILSStorePostgres
 import ILSTesting
 import Testing
+
+@testable import ILSStore
 
 /// Services with policies and revisions, attribute changes, and rows an earlier release wrote, on both stores.
 @Suite("Services and policies in the store", .serialized, .timeLimit(.minutes(3)))
@@ -44,7 +45,11 @@ struct ServiceStoreTests {
         #expect(try await store.service(named: "second-api") == updated)
         #expect(try await store.auditEntries(since: 0).count == rows)
         let missing = await refusal {
-            _ = try await store.updateService(ServiceRecord(name: "ghost", dialRoles: [], bindRoles: []), expectedRevision: 1, actor: "admin")
+            _ = try await store.updateService(
+                ServiceRecord(name: "ghost", dialRoles: [], bindRoles: []),
+                expectedRevision: 1,
+                actor: "admin"
+            )
         }
         #expect(missing?.code == .notFound)
 
@@ -70,7 +75,9 @@ struct ServiceStoreTests {
         #expect(try await other.identity(named: "ipad")?.attributes == ["ipad", "home"])
         _ = try await store.updateAttributes(named: "ipad", attributes: [], actor: "admin")
         #expect(try await other.identity(named: "ipad")?.attributes == [])
-        let missing = await refusal { _ = try await store.updateAttributes(named: "nobody", attributes: [], actor: "a") }
+        let missing = await refusal {
+            _ = try await store.updateAttributes(named: "nobody", attributes: [], actor: "a")
+        }
         #expect(missing?.code == .notFound)
         let audit = try await store.auditEntries(since: 0).filter { $0.action == "identity.attributes" }
         #expect(audit.map(\.detail) == ["[] -> [ipad,home]", "[ipad,home] -> []"])
@@ -155,7 +162,10 @@ struct ServiceStoreTests {
         widened.dial = try policy(.anyOf, ["role:admin", "#ops"])
         _ = try await store.updateService(widened, expectedRevision: 1, actor: "admin")
         await store.close()
-        let roles = try TestPostgres.shared().psql("SELECT dial_roles FROM services WHERE name = 'console'", database: name)
+        let roles = try TestPostgres.shared().psql(
+            "SELECT dial_roles FROM services WHERE name = 'console'",
+            database: name
+        )
         #expect(roles.trimmingCharacters(in: .whitespacesAndNewlines) == "admin")
     }
 }

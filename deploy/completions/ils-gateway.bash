@@ -372,13 +372,13 @@ _ils-gateway_admin() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    identity|sessions|audit)
+    identity|service|sessions|audit)
         # Offer subcommand argument completions
         "_ils-gateway_admin_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'identity sessions audit' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'identity service sessions audit' -- "${cur}"))
         ;;
     esac
 }
@@ -395,13 +395,13 @@ _ils-gateway_admin_identity() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    create|list|show|revoke|disable|enable|delete|reissue)
+    create|list|show|update|revoke|disable|enable|delete|reissue)
         # Offer subcommand argument completions
         "_ils-gateway_admin_identity_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'create list show revoke disable enable delete reissue' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'create list show update revoke disable enable delete reissue' -- "${cur}"))
         ;;
     esac
 }
@@ -462,6 +462,24 @@ _ils-gateway_admin_identity_show() {
     # Offer option value completions
     case "${prev}" in
     '--identity')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_identity_update() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity --attributes)
+    __ils-gateway_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    '--attributes')
         return
         ;;
     esac
@@ -546,6 +564,128 @@ _ils-gateway_admin_identity_reissue() {
         return
         ;;
     '--qr-png')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=()
+    __ils-gateway_offer_flags_options 0
+
+    # Offer subcommand / subcommand argument completions
+    local -r subcommand="${unparsed_words[0]}"
+    unset 'unparsed_words[0]'
+    unparsed_words=("${unparsed_words[@]}")
+    case "${subcommand}" in
+    create|list|show|update|delete)
+        # Offer subcommand argument completions
+        "_ils-gateway_admin_service_${subcommand}"
+        ;;
+    *)
+        # Offer subcommand completions
+        COMPREPLY+=($(compgen -W 'create list show update delete' -- "${cur}"))
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service_create() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity --dial --dial-semantic --bind --bind-semantic)
+    __ils-gateway_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    '--dial')
+        return
+        ;;
+    '--dial-semantic')
+        return
+        ;;
+    '--bind')
+        return
+        ;;
+    '--bind-semantic')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service_list() {
+    repeating_flags=()
+    non_repeating_flags=(--json --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity)
+    __ils-gateway_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service_show() {
+    repeating_flags=()
+    non_repeating_flags=(--json --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity)
+    __ils-gateway_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service_update() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity --dial --dial-semantic --bind --bind-semantic)
+    __ils-gateway_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    '--dial')
+        return
+        ;;
+    '--dial-semantic')
+        return
+        ;;
+    '--bind')
+        return
+        ;;
+    '--bind-semantic')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_service_delete() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--identity)
+    __ils-gateway_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
         return
         ;;
     esac
