@@ -34,6 +34,13 @@ struct StoreFollower: Sendable {
                 case .services:
                     let (before, after) = try await state.identities.refreshServices(from: state.store)
                     enforcement.servicesChanged(before: before, after: after)
+                    let changed = Set(before.keys).union(after.keys).filter { before[$0] != after[$0] }.sorted()
+                    if !changed.isEmpty {
+                        logger.notice(
+                            "services changed in the store; their policies apply here now",
+                            metadata: ["services": "\(changed.joined(separator: ","))"]
+                        )
+                    }
                 case .controllers:
                     // A replica joined or left: linked gateways hear it now rather than at the next heartbeat.
                     await state.roster.refresh(controller: controller, live: live)

@@ -246,6 +246,32 @@ def test_revocation_through_a_cuts_a_live_stream_on_b(cluster: Cluster) -> None:
     f.tunnel.stop()
 
 
+def test_policy_change_through_a_cuts_a_live_stream_on_b(cluster: Cluster) -> None:
+    """Issue 26: a dial policy narrowed through A ends a device's stream relayed by B, and B applies it itself."""
+    c = cluster
+    f = c.device("tab-pol", c.b)
+    wait_until_flowing(f, 10.0)
+    mark = len(c.b.full_log())
+    client, response, lines = open_stream(f)
+    try:
+        assert sessions_of(c.b, "identities/admin-b.json", "tab-pol"), "the stream's circuit is not on B"
+        r = c.a.cli("admin", "service", "update", "claude-api", "--identity", "identities/admin.json",
+                    "--dial", "#ipad")
+        assert r.returncode == 0, r.describe()
+        took, how = drain_until_end(lines)
+    finally:
+        response.close()
+        client.close()
+        f.tunnel.stop()
+        restored = c.a.cli("admin", "service", "update", "claude-api", "--identity", "identities/admin.json",
+                           "--dial", "role:device")
+        assert restored.returncode == 0, restored.describe()
+    print(f"\nstream on B ended {took:.3f} s after `service update` through A returned ({how})")
+    assert took < STREAM_END_BOUND_S, f"the stream on B went on for {took:.1f} s after the policy change through A"
+    c.b.wait_for_log("services changed in the store", timeout=STREAM_END_BOUND_S, after=mark)
+    assert "services=claude-api" in c.b.full_log()[mark:]
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # PostgreSQL restarts under a live stream
 # ------------------------------------------------------------------------------------------------------------------
