@@ -39,6 +39,13 @@ def test_operations_page(ils_bin: Path) -> None:
             assert not (work / "ipad-token.png").exists(), "the QR image outlived the enrollment"
             assert "ipad" in output_of(results, 'enroll "$(zbarimg').output
 
+            shown = output_of(results, "admin service show second-api").output
+            assert "dial:      anyOf(#ipad, @laptop)" in shown and "may dial:  ipad,laptop" in shown, shown
+            assert "gateways:  none (the service is down)" in shown, shown
+            audit = output_of(results, "admin audit --since 1h").output
+            for action in ("service.create", "service.update", "identity.attributes"):
+                assert action in audit, audit
+
             archive = output_of(results, "tar -tzf").output
             for name in ("store.sqlite", "ca.key", "token.key", "controller.json"):
                 assert name in archive, archive
