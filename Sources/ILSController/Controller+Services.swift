@@ -63,6 +63,10 @@ extension Controller {
         try Self.validateAttributes(attributes)
         var unique: [String] = []
         for attribute in attributes where !unique.contains(attribute) { unique.append(attribute) }
+        if var changed = state.identities.identity(named: name) {
+            changed.attributes = unique
+            try checkGrantRoom(for: changed)
+        }
         let record = try await state.store.updateAttributes(named: name, attributes: unique, actor: actor)
         state.identities.apply(record)
         return record
@@ -72,7 +76,36 @@ extension Controller {
         guard attributes.count <= maximumAttributes else {
             throw ILSError(.invalidArgument, "an identity carries at most \(maximumAttributes) attributes")
         }
-        for attribute in attributes { try IdentityName.validate(attribute) }
+        for attribute in attributes {
+            do throws(ILSError) {
+                try IdentityName.validate(attribute)
+            } catch {
+                throw ILSError(
+                    .invalidArgument,
+                    "'\(ControlCharacters.escaped(String(attribute.prefix(80))))' is not a valid attribute; "
+                        + "use 1-64 letters, digits, '.', '_' or '-'"
+                )
+            }
+            // `#all` in a policy means everyone: an attribute of that name could never be matched on its own.
+            guard attribute != "all" else {
+                throw ILSError(.invalidArgument, "'all' cannot be an attribute: '#all' in a policy means everyone")
+            }
+        }
+    }
+
+    /// Refuses (`.conflict`) a new or changed identity that would take a service's dial grant past
+    /// `DialGrant.maximumIdentities`: gateways drop a larger grant whole.
+    func checkGrantRoom(for identity: IdentityRecord) throws(ILSError) {
+        for service in state.identities.allServices().values where service.dial.allows(identity) {
+            let grant = dialGrant(for: service)
+            if grant.identities.count >= DialGrant.maximumIdentities, !grant.identities.contains(identity.id) {
+                throw ILSError(
+                    .conflict,
+                    "'\(service.name)' already grants \(DialGrant.maximumIdentities) identities, as many as a gateway "
+                        + "is sent; narrow its dial policy first"
+                )
+            }
+        }
     }
 
     /// A policy from the API's text, `@NAME` resolved to the identity's id through the store (so a name another

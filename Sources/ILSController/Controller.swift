@@ -230,6 +230,7 @@ public struct Controller: Sendable {
             state: .pending,
             createdAt: now
         )
+        try checkGrantRoom(for: identity)
         let (token, record) = try makeToken(for: identity, lifetime: request.tokenLifetimeSeconds, now: now)
         try await state.store.createIdentity(identity, token: record, actor: actor)
         state.identities.apply(identity)

@@ -118,6 +118,8 @@ struct ControllerRouter: Sendable {
         -> APIResponse
     {
         let name = path.count >= 2 ? path[1] : ""
+        // A service's name is checked before it is looked up or repeated in an answer.
+        if path.first == "services", path.count >= 2 { try IdentityName.validate(name) }
         switch (request.method, path.first ?? "", path.count, path.last ?? "") {
         case (.GET, "identities", 1, _):
             return try Self.json(try await controller.state.store.identities())

@@ -131,11 +131,29 @@ public final class ControllerServer: Service, Sendable {
         }
     }
 
+    /// The store's maintenance for this server's controller: as `StoreMaintenance(state:...)`, and when its reload
+    /// changes services or attributes, the policies are enforced again here (circuits cut, grants sent).
+    public func maintenance(
+        retention: StoreMaintenance.Retention,
+        interval: TimeSpan = StoreMaintenance.defaultInterval
+    ) -> StoreMaintenance {
+        StoreMaintenance(
+            state: controller.state,
+            retention: retention,
+            interval: interval,
+            policies: PolicyEnforcement(controller: controller, relay: relay, live: live, logger: logger),
+            logger: logger
+        )
+    }
+
     /// Circuits spliced so far, by whether the device's and the gateway's streams shared an event loop.
     package var splices: (sameLoop: Int, crossLoop: Int) { relay.splices }
 
     /// Binds and starts serving in the background of `run`. Returns the bound address.
     public func start() async throws(ILSError) -> SocketAddress {
+        // Every service's grant, computed once before any gateway links (there is nobody to send it to yet): the
+        // relay then re-sends a grant only for a device that really was not in the last one.
+        PolicyEnforcement(controller: controller, relay: relay, live: live, logger: logger).enforce()
         let tlsContext = self.tlsContext
         let router = self.router
         let logger = self.logger

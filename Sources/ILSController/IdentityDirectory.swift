@@ -96,8 +96,11 @@ public final class IdentityDirectory: Sendable {
         }
     }
 
+    /// Applies a service this controller just wrote, unless the directory already holds a later revision of it
+    /// (another controller's update, applied from the feed while this write was answering).
     public func apply(_ service: ServiceRecord) {
         contents.withLockedValue { contents in
+            if let held = contents.services[service.name], held.revision > service.revision { return }
             contents.generation += 1
             contents.servicesStamp = contents.generation
             contents.services[service.name] = service

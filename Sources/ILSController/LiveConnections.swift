@@ -10,6 +10,7 @@ import NIOHTTP2
 final class LiveConnections: Sendable {
     private let connections = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
     private let controlStreams = NIOLockedValueBox<[ObjectIdentifier: ControlStream]>([:])
+    private let grantOrder = NIOLock()
     /// The dial grant last pushed for each service.
     private let sentGrants = NIOLockedValueBox<[String: Set<String>]>([:])
 
@@ -56,6 +57,17 @@ final class LiveConnections: Sendable {
     func close(identityID: String) {
         let open = connections.withLockedValue { Array(($0[identityID] ?? [:]).values) }
         for channel in open { channel.close(promise: nil) }
+    }
+
+    /// Computes a grant and sends it on its service's control streams, under one lock, so two grants of a service
+    /// computed one after the other from different threads reach every stream in that order (writes from one thread
+    /// to a channel keep their order). Returns what `compute` returned.
+    func publishGrant<T>(compute: () -> (T, DialGrant)?) -> (T, DialGrant)? {
+        grantOrder.withLock {
+            guard let (value, grant) = compute() else { return nil }
+            push(HostControlMessage(dialGrant: grant), service: grant.service)
+            return (value, grant)
+        }
     }
 
     /// Whether the grant last sent for `service` holds `identityID` (false before any was sent).

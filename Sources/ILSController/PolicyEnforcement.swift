@@ -30,8 +30,56 @@ struct PolicyEnforcement: Sendable {
         for name in before.keys where after[name] == nil { remove(name) }
     }
 
+    /// After the directory was read whole again (a gap in the store's notifications, or the maintenance pass's
+    /// backstop): every service as it is now, and the ones that went away meanwhile removed.
+    func reloaded(servicesBefore before: [String: ServiceRecord]) {
+        let after = controller.state.identities.allServices()
+        enforce(removed: before.keys.filter { after[$0] == nil }.sorted())
+    }
+
+    /// What the grants are computed from, to tell whether a reload changed any: the services, and each identity's
+    /// attributes and whether it is revoked.
+    struct Inputs: Equatable, Sendable {
+        let services: [String: ServiceRecord]
+        let identities: [String: [String]]
+
+        init(_ directory: IdentityDirectory) {
+            services = directory.allServices()
+            identities = Dictionary(
+                directory.all().map { ($0.id, $0.state == .revoked ? ["\u{0}revoked"] : $0.attributes) },
+                uniquingKeysWith: { $1 }
+            )
+        }
+    }
+
+    /// After the maintenance pass read the directory whole again: enforces only if that changed what the grants
+    /// are computed from (a notification this controller missed).
+    func reloaded(before: Inputs) {
+        let after = Inputs(controller.state.identities)
+        guard after != before else { return }
+        logger.notice("the directory's reload changed services or attributes; enforcing the policies again")
+        reloaded(servicesBefore: before.services)
+    }
+
+    /// Enforces the service as the directory holds it now (not as a caller read it earlier: an older record pushed
+    /// after a newer one would widen a narrowed grant again). Gone from the directory: removed.
     func enforce(_ service: ServiceRecord) {
-        let grant = controller.dialGrant(for: service)
+        enforce(named: service.name)
+    }
+
+    func enforce(named name: String) {
+        let directory = controller.state.identities
+        // Computed and sent under one lock, so grants reach each control stream in the order they were computed.
+        guard
+            let (service, grant) = live.publishGrant(
+                compute: {
+                    directory.service(named: name).map { ($0, controller.dialGrant(for: $0)) }
+                }
+            )
+        else {
+            remove(name)
+            return
+        }
         let cut = relay.cut(service: service.name, keeping: Set(grant.identities))
         for session in cut {
             controller.state.auditQueue.append(
@@ -41,8 +89,6 @@ struct PolicyEnforcement: Sendable {
                 detail: "the dial policy of '\(service.name)' no longer allows it: \(service.dial.description)"
             )
         }
-        live.push(HostControlMessage(dialGrant: grant), service: service.name)
-        let directory = controller.state.identities
         let closed = live.closeLinks(service: service.name) { gatewayID in
             directory.identity(id: gatewayID).map(service.bind.allows) ?? false
         }
@@ -57,6 +103,7 @@ struct PolicyEnforcement: Sendable {
     private func remove(_ name: String) {
         let cut = relay.cut(service: name, keeping: [])
         let closed = live.closeLinks(service: name) { _ in false }
+        guard !cut.isEmpty || closed > 0 else { return }
         logger.notice(
             "service deleted: its circuits and links here ended",
             metadata: ["service": "\(name)", "circuits cut": "\(cut.count)", "links closed": "\(closed)"]

@@ -178,7 +178,7 @@ final class Relay: Sendable {
             // The gateways were last sent a grant without this device: the directory learned of it in a way that
             // sends none (a read on demand, a reload after a missed notification). Send the grant as it is now; the
             // circuit's stream follows it on every link, so the gateway decides with it.
-            PolicyEnforcement(controller: controller, relay: self, live: live, logger: logger).enforce(policy)
+            PolicyEnforcement(controller: controller, relay: self, live: live, logger: logger).enforce(named: service)
         }
         let hosts = candidates(for: service, near: stream.eventLoop)
         guard !hosts.isEmpty else {

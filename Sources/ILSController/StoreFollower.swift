@@ -46,11 +46,12 @@ struct StoreFollower: Sendable {
                     await state.roster.refresh(controller: controller, live: live)
                 case .resynchronize:
                     let blockedBefore = state.identities.blockedIDs
+                    let servicesBefore = state.identities.allServices()
                     try await state.identities.reload(from: state.store)
                     let blocked = state.identities.blockedIDs
                     for id in blocked.subtracting(blockedBefore) { live.close(identityID: id) }
                     live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
-                    enforcement.enforce()
+                    enforcement.reloaded(servicesBefore: servicesBefore)
                     logger.notice("store notifications resumed; identities reloaded")
                 }
             } catch {

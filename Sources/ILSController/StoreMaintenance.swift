@@ -34,7 +34,21 @@ public struct StoreMaintenance: Service {
     private let interval: TimeSpan
     private let logger: Logger
 
+    /// Set by `ControllerServer.maintenance(...)`: enforces the policies again when a reload changed them.
+    private let policies: PolicyEnforcement?
+
     public init(state: ControllerState, retention: Retention, interval: TimeSpan = defaultInterval, logger: Logger) {
+        self.init(state: state, retention: retention, interval: interval, policies: nil, logger: logger)
+    }
+
+    init(
+        state: ControllerState,
+        retention: Retention,
+        interval: TimeSpan,
+        policies: PolicyEnforcement?,
+        logger: Logger
+    ) {
+        self.policies = policies
         self.controller = Controller(state: state)
         self.retention = retention
         self.interval = interval
@@ -67,8 +81,11 @@ public struct StoreMaintenance: Service {
             logger.warning("could not record last-seen times", metadata: ["error": "\(error.detail ?? error.reason)"])
         }
         // The backstop for a change notification this controller missed: the directory is read whole again.
+        let inputs = PolicyEnforcement.Inputs(state.identities)
         do throws(ILSError) {
             try await state.identities.reload(from: state.store)
+            // A narrowing the feed missed cuts here, as it would have when heard.
+            policies?.reloaded(before: inputs)
         } catch {
             logger.warning("could not reload identities", metadata: ["error": "\(error.detail ?? error.reason)"])
         }

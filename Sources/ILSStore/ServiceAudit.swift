@@ -9,13 +9,14 @@ package enum ServiceAudit {
 
     package static func updated(from old: ServiceRecord, to new: ServiceRecord) -> String {
         var parts: [String] = []
-        if old.dial != new.dial { parts.append("dial: \(old.dial.description) -> \(new.dial.description)") }
-        if old.bind != new.bind { parts.append("bind: \(old.bind.description) -> \(new.bind.description)") }
+        // The new policy first: a long old one is what the 512-character bound cuts.
+        if old.dial != new.dial { parts.append("dial=\(new.dial.description) (was \(old.dial.description))") }
+        if old.bind != new.bind { parts.append("bind=\(new.bind.description) (was \(old.bind.description))") }
         return parts.isEmpty ? "unchanged (revision \(new.revision))" : parts.joined(separator: "; ")
     }
 
     package static func attributes(from old: [String], to new: [String]) -> String {
-        "[\(old.joined(separator: ","))] -> [\(new.joined(separator: ","))]"
+        "[\(new.joined(separator: ","))] (was [\(old.joined(separator: ","))])"
     }
 
     package static func stale(_ name: String) -> ILSError {

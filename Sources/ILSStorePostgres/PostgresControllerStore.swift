@@ -765,7 +765,11 @@ public final class PostgresControllerStore: ControllerStore {
                 throw ILSError(.conflict, "the target store already has identities; migrate only into an empty store")
             }
             try await connection.query("DELETE FROM services", logger: Self.quiet)
-            for service in records.services { _ = try await Self.insertService(connection, service) }
+            for service in records.services {
+                guard try await Self.insertService(connection, service) else {
+                    throw ILSError(.conflict, "the records name the service '\(service.name)' twice")
+                }
+            }
             for identity in records.identities {
                 let record = identity.record
                 let attributes = record.attributes.joined(separator: ",")

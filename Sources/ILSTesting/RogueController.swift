@@ -10,10 +10,11 @@ import NIOHTTP2
 import NIOPosix
 import NIOSSL
 
-/// A controller that is not one: it holds a TLS certificate from the real CA (as a stolen controller key, or a relay
-/// that misbehaves, would), lets a real gateway link to it, tells the gateway what the test says, and opens circuits
-/// that no real controller's policy checked, with a device's own credentials. What it proves is the gateway's own
-/// enforcement: whatever reaches a gateway, only the identities its grant holds get through.
+/// A relay that does not check policies: it holds a TLS certificate from the real CA, lets a real gateway link to it,
+/// tells the gateway what the test says, and opens circuits that no policy checked, with a device's own credentials.
+/// What it proves is the gateway's own enforcement: whatever circuit a relay lets through, only the identities in
+/// the grant the gateway holds get in. (A controller's keys themselves are trusted: one that sends a grant of its
+/// own choosing is obeyed, as docs/threat-model.md says.)
 public final class RogueController: Sendable {
     /// How a forged circuit's end-to-end handshake ended.
     public enum Outcome: Sendable, Equatable {

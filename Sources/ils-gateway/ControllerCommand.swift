@@ -137,11 +137,7 @@ struct ControllerCommand: AsyncParsableCommand {
                 requestTimeouts: try connectionOptions.requestTimeouts(layers),
                 connectionLimits: try connectionOptions.limits(layers)
             )
-            let maintenance = StoreMaintenance(
-                state: controllerState,
-                retention: try auditOptions.retention(layers),
-                logger: logger
-            )
+            let maintenance = server.maintenance(retention: try auditOptions.retention(layers))
             let heartbeat = ControllerHeartbeat(state: controllerState, logger: logger)
             if let metrics {
                 try await runUntilSignalled(server, maintenance, heartbeat, metrics, logger: logger)

@@ -147,7 +147,7 @@ struct ServicePolicyTests {
 
             let audit = try await audit(cluster)
             #expect(audit.filter { $0.action == "circuit.cut" }.map(\.target).sorted() == ["ipad", "tablet"])
-            #expect(audit.contains { $0.action == "identity.attributes" && $0.detail == "[ipad] -> []" })
+            #expect(audit.contains { $0.action == "identity.attributes" && $0.detail == "[] (was [ipad])" })
         }
     }
 

@@ -60,7 +60,7 @@ struct ServiceStoreTests {
         let audit = try await store.auditEntries(since: 0).filter { $0.action.hasPrefix("service.") }
         #expect(audit.map(\.action) == ["service.create", "service.update", "service.delete"])
         #expect(audit[0].detail == "dial=allOf(role:device, #ipad) bind=anyOf(@id:gw-7f3c)")
-        #expect(audit[1].detail == "dial: allOf(role:device, #ipad) -> anyOf(#ipad)")
+        #expect(audit[1].detail == "dial=anyOf(#ipad) (was allOf(role:device, #ipad))")
         await cleanup()
     }
 
@@ -80,7 +80,7 @@ struct ServiceStoreTests {
         }
         #expect(missing?.code == .notFound)
         let audit = try await store.auditEntries(since: 0).filter { $0.action == "identity.attributes" }
-        #expect(audit.map(\.detail) == ["[] -> [ipad,home]", "[ipad,home] -> []"])
+        #expect(audit.map(\.detail) == ["[ipad,home] (was [])", "[] (was [ipad,home])"])
         await cleanup()
     }
 
