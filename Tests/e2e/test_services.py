@@ -210,6 +210,11 @@ def test_refused_changes_write_nothing(services: Services) -> None:
         assert r.returncode == code, f"{args}: {r.describe()}"
         assert text in r.stderr, f"{args}: {r.describe()}"
         assert "\x1b" not in r.stderr
+    # `#all` means everyone: an attribute named `all` would let a policy meant for a few match everybody.
+    r = c.cli("admin", "identity", "update", "laptop", "--attributes", "all")
+    assert r.returncode == 64 and "cannot be an attribute" in r.stderr, r.describe()
+    shown = json.loads(c.cli("admin", "identity", "show", "laptop", "--json").stdout)
+    assert shown["attributes"] == [], shown
     assert service_list(c) == before
     assert len(audit_actions(c)) == audit_before, "a refused change left an audit row"
 
