@@ -99,12 +99,14 @@ struct ProxyFailureTests {
     /// from the end of the last response, not from when the connection first went idle.
     @Test("the idle timeout starts again after every response")
     func idleTimeoutRestartsAfterEachResponse() async throws {
-        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = TestTiming.scaled(.seconds(4)) }) {
+        // A 10 s timeout and 6 s pauses: the second request comes 12 s after the connection first went idle (past the
+        // timeout) and 6 s after it last did, 4 s of margin for a loaded machine's late wake-ups (with 4 s and 2.5 s,
+        // a sleep that overran by 1.5 s while the whole suite ran on two cores failed the test).
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = TestTiming.scaled(.seconds(10)) }) {
             fixture in
             let connection = try await fixture.connect()
             for _ in 0..<2 {
-                // The second request comes 5 s after the connection first went idle, 2.5 s after it last did.
-                try await Task.sleep(for: TestTiming.scaled(.milliseconds(2500)))
+                try await Task.sleep(for: TestTiming.scaled(.seconds(6)))
                 try await connection.sendRequest("GET", "/health")
                 #expect(try await connection.readHead().status == 200)
                 _ = try await connection.readBody()
