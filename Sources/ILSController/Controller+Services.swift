@@ -155,7 +155,7 @@ extension Controller {
             hosts: hosts
         )
         if dialers {
-            let names = state.identities.all().filter { $0.state != .revoked && service.dial.allows($0) }.map(\.name)
+            let names = allowedToDial(service).map(\.name)
                 .sorted()
             info.dialers = Array(names.prefix(ControllerAPI.ServiceInfo.maximumDialers))
             info.dialersTruncated = names.count > ControllerAPI.ServiceInfo.maximumDialers
@@ -167,8 +167,13 @@ extension Controller {
     /// policy matches, by id. Disabled identities stay in it (the block list keeps them out, and enabling one again
     /// then needs no new grant).
     public func dialGrant(for service: ServiceRecord) -> DialGrant {
-        let ids = state.identities.all().filter { $0.state != .revoked && service.dial.allows($0) }.map(\.id).sorted()
+        let ids = allowedToDial(service).map(\.id).sorted()
         return DialGrant(service: service.name, policy: service.dial.description, identities: ids)
+    }
+
+    /// The identities that may dial `service` now: not revoked, and matched by its dial policy.
+    private func allowedToDial(_ service: ServiceRecord) -> [IdentityRecord] {
+        state.identities.all().filter { $0.state != .revoked && service.dial.allows($0) }
     }
 
     /// The grant `service` would have, refused (`.conflict`) when it is too large to send.
