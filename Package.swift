@@ -48,6 +48,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         .systemLibrary(
@@ -331,11 +334,52 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// What the admin commands and the console share: calls asked of every controller of a cluster at once.
+        .target(
+            name: "ILSAdmin",
+            dependencies: ["ILSCore", "ILSIdentity"],
+            swiftSettings: swiftSettings
+        ),
+        /// `admin console`: the browser console (Hummingbird, swift-mustache). Only the `ils-gateway` executable and
+        /// its tests link it: no role, no test helper and never ILSClient (deploy/check-client-closure.sh).
+        .target(
+            name: "ILSConsole",
+            dependencies: [
+                "ILSCore",
+                "ILSIdentity",
+                "ILSAdmin",
+                "ILSQRCode",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ILSConsoleTests",
+            dependencies: [
+                "ILSCore",
+                "ILSConsole",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "ils-gateway",
             dependencies: [
                 .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 "ILSCore",
+                "ILSAdmin",
+                "ILSConsole",
                 "ILSQRCode",
                 "ILSStore",
                 "ILSStorePostgres",

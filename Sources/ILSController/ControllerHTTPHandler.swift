@@ -111,7 +111,10 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
         if parts.count > 1 {
             for pair in parts[1].split(separator: "&") {
                 let kv = pair.split(separator: "=", maxSplits: 1)
-                query[String(kv[0])] = kv.count > 1 ? String(kv[1]) : ""
+                // Values are percent-decoded (an audit filter may hold any visible character); one that does not
+                // decode is kept as sent and refused by whatever checks it.
+                let value = kv.count > 1 ? String(kv[1]) : ""
+                query[String(kv[0])] = value.removingPercentEncoding ?? value
             }
         }
         return APIRequest(

@@ -223,8 +223,8 @@ struct ControllerRouter: Sendable {
         }
     }
 
-    /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N` (`ControllerAPI.AuditPage`). Refusal counts not yet
-    /// written go in first, so the page shows every refusal up to now.
+    /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N&actor=&action=&target=` (`ControllerAPI.AuditPage`).
+    /// Refusal counts not yet written go in first, so the page shows every refusal up to now.
     private func auditPage(_ query: [String: String]) async throws(ILSError) -> ControllerAPI.AuditPage {
         func number(_ name: String) throws(ILSError) -> Int64? {
             guard let text = query[name] else { return nil }
@@ -236,11 +236,13 @@ struct ControllerRouter: Sendable {
         let maximum = ControllerAPI.AuditPage.maximumLimit
         let limit = Int(min(try number("limit") ?? Int64(maximum), Int64(maximum)))
         guard limit > 0 else { throw ILSError(.invalidArgument, "'limit' must be at least 1") }
+        let filter = try ControllerAPI.AuditFilter(query: query)
         await controller.flushRefusals()
         let entries = try await controller.state.store.auditEntries(
             since: try number("since") ?? 0,
             before: try number("before"),
-            limit: limit
+            limit: limit,
+            filter: filter
         )
         return ControllerAPI.AuditPage(entries: entries, nextBefore: entries.count == limit ? entries.first?.seq : nil)
     }

@@ -214,6 +214,46 @@ public enum ControllerAPI {
         }
     }
 
+    /// Which audit entries a page holds besides its time and `seq` bounds (`actor=`, `action=`, `target=` of
+    /// `GET /v1/admin/audit`). Each set field must match exactly, except an `action` ending in "." which matches every
+    /// action it starts (`identity.` is every identity action). A field is at most `maximumLength` bytes of visible
+    /// text: it is refused before it reaches the store.
+    public struct AuditFilter: Sendable, Hashable {
+        public var actor: String?
+        public var action: String?
+        public var target: String?
+
+        public init(actor: String? = nil, action: String? = nil, target: String? = nil) {
+            self.actor = actor
+            self.action = action
+            self.target = target
+        }
+
+        public static let maximumLength = 128
+
+        /// The action to match exactly, or nil when `action` is a prefix (or unset).
+        public var exactAction: String? { action.flatMap { $0.hasSuffix(".") ? nil : $0 } }
+        /// The prefix `action` names when it ends in ".".
+        public var actionPrefix: String? { action.flatMap { $0.hasSuffix(".") ? $0 : nil } }
+
+        /// The filter a query string names; `.invalidArgument` for an empty, over-long or control-character value.
+        public init(query: [String: String]) throws(ILSError) {
+            func field(_ name: String) throws(ILSError) -> String? {
+                guard let value = query[name] else { return nil }
+                guard !value.isEmpty, value.utf8.count <= Self.maximumLength,
+                    !value.unicodeScalars.contains(where: ControlCharacters.isControl)
+                else {
+                    throw ILSError(
+                        .invalidArgument,
+                        "'\(name)' must be 1-\(Self.maximumLength) bytes of visible text"
+                    )
+                }
+                return value
+            }
+            self.init(actor: try field("actor"), action: try field("action"), target: try field("target"))
+        }
+    }
+
     /// `GET /v1/admin/audit?since=UNIX&before=SEQ&limit=N`: the newest `limit` entries (default and maximum
     /// `maximumLimit`) at or after `since` with `seq` below `before`, oldest first. `nextBefore` is set when older
     /// entries may remain: pass it as `before` for the next page.

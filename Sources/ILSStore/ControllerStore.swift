@@ -63,8 +63,10 @@ public protocol ControllerStore: Sendable {
     /// (`AuditLimits`), so a row can neither forge terminal output nor grow without bound.
     func audit(actor: String, action: String, target: String, detail: String) async throws(ILSError)
     /// One page of the audit log, oldest first: the newest `limit` entries at or after `since` (UNIX seconds) whose
-    /// `seq` is below `before` (all when nil). The next (older) page is `before: page.first.seq`.
-    func auditEntries(since: Int64, before: Int64?, limit: Int) async throws(ILSError) -> [AuditEntry]
+    /// `seq` is below `before` (all when nil) and that `filter` matches. The next (older) page is
+    /// `before: page.first.seq`.
+    func auditEntries(since: Int64, before: Int64?, limit: Int, filter: AuditFilter) async throws(ILSError)
+        -> [AuditEntry]
     /// Deletes audit entries older than `olderThan` (UNIX seconds) and the oldest beyond the newest `keepingAtMost`,
     /// at most `batch` rows per transaction so a writer never waits long behind it. Returns how many went.
     func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) async throws(ILSError) -> Int
@@ -101,6 +103,11 @@ extension ControllerStore {
     /// Every entry at or after `since`, oldest first (tests and small stores; the API pages).
     public func auditEntries(since: Int64) async throws(ILSError) -> [AuditEntry] {
         try await auditEntries(since: since, before: nil, limit: Int(Int32.max))
+    }
+
+    /// One unfiltered page.
+    public func auditEntries(since: Int64, before: Int64?, limit: Int) async throws(ILSError) -> [AuditEntry] {
+        try await auditEntries(since: since, before: before, limit: limit, filter: AuditFilter())
     }
 }
 
@@ -221,6 +228,7 @@ public struct StoreRecords: Sendable, Hashable {
 }
 
 public typealias AuditEntry = ControllerAPI.AuditEntry
+public typealias AuditFilter = ControllerAPI.AuditFilter
 
 /// What the audit log keeps of a string a peer chose.
 public enum AuditLimits {

@@ -140,8 +140,12 @@ public final class SQLiteControllerStore: ControllerStore {
         }
     }
 
-    public func auditEntries(since: Int64, before: Int64?, limit: Int) async throws(ILSError) -> [AuditEntry] {
-        try await run { stores throws(ILSError) in try stores.auditEntries(since: since, before: before, limit: limit) }
+    public func auditEntries(since: Int64, before: Int64?, limit: Int, filter: AuditFilter) async throws(ILSError)
+        -> [AuditEntry]
+    {
+        try await run { stores throws(ILSError) in
+            try stores.auditEntries(since: since, before: before, limit: limit, filter: filter)
+        }
     }
 
     public func pruneAudit(olderThan: Int64, keepingAtMost: Int, batch: Int) async throws(ILSError) -> Int {

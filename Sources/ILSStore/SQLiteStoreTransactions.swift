@@ -454,14 +454,23 @@ final class SQLiteStoreTransactions: Sendable {
         }
     }
 
-    func auditEntries(since: Int64, before: Int64?, limit: Int) throws(ILSError) -> [AuditEntry] {
-        try database.withConnection { () throws(ILSError) in
+    func auditEntries(since: Int64, before: Int64?, limit: Int, filter: AuditFilter) throws(ILSError) -> [AuditEntry] {
+        func text(_ value: String?) -> SQLiteValue { value.map { .text($0) } ?? .null }
+        let prefix = filter.actionPrefix
+        // Each filter is "unset or equal"; the prefix compares the action's first bytes (no LIKE, so '_' and '%' in
+        // a filter mean themselves).
+        return try database.withConnection { () throws(ILSError) in
             try database.query(
                 """
                 SELECT seq, at, actor, action, target, detail FROM audit WHERE at >= ? AND seq < ?
-                ORDER BY seq DESC LIMIT ?
+                AND (?3 IS NULL OR actor = ?3) AND (?4 IS NULL OR action = ?4) AND (?5 IS NULL OR target = ?5)
+                AND (?6 IS NULL OR substr(action, 1, length(?6)) = ?6)
+                ORDER BY seq DESC LIMIT ?7
                 """,
-                [.integer(since), .integer(before ?? Int64.max), .integer(Int64(max(limit, 0)))]
+                [
+                    .integer(since), .integer(before ?? Int64.max), text(filter.actor), text(filter.exactAction),
+                    text(filter.target), text(prefix), .integer(Int64(max(limit, 0))),
+                ]
             ).reversed().map { row in
                 AuditEntry(
                     seq: row[0].integer ?? 0,

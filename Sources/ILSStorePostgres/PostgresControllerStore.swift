@@ -634,14 +634,21 @@ public final class PostgresControllerStore: ControllerStore {
         }
     }
 
-    public func auditEntries(since: Int64, before: Int64?, limit: Int) async throws(ILSError) -> [AuditEntry] {
+    public func auditEntries(since: Int64, before: Int64?, limit: Int, filter: AuditFilter) async throws(ILSError)
+        -> [AuditEntry]
+    {
         let before = before ?? Int64.max
         let limit = Int64(max(limit, 0))
+        let (actor, action, target, prefix) = (filter.actor, filter.exactAction, filter.target, filter.actionPrefix)
         return try await transaction { connection in
             var entries: [AuditEntry] = []
+            // As SQLite's: each filter is "unset or equal", and the prefix compares the action's first characters.
             for try await (seq, at, actor, action, target, detail) in try await connection.query(
                 """
                 SELECT seq, at, actor, action, target, detail FROM audit WHERE at >= \(since) AND seq < \(before)
+                AND (\(actor)::text IS NULL OR actor = \(actor)) AND (\(action)::text IS NULL OR action = \(action))
+                AND (\(target)::text IS NULL OR target = \(target))
+                AND (\(prefix)::text IS NULL OR left(action, length(\(prefix))) = \(prefix))
                 ORDER BY seq DESC LIMIT \(limit)
                 """,
                 logger: Self.quiet

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ILSAdmin
 import ILSClient
 import ILSCore
 
@@ -15,7 +16,9 @@ struct AdminCommand: AsyncParsableCommand {
               ils-gateway admin identity create ipad --role device -o ipad.jwt
               ils-gateway admin --identity ops.json identity list --json
             """,
-        subcommands: [IdentityCommand.self, ServiceCommand.self, SessionsCommand.self, AuditCommand.self]
+        subcommands: [
+            IdentityCommand.self, ServiceCommand.self, SessionsCommand.self, AuditCommand.self, ConsoleCommand.self,
+        ]
     )
 
     @Option(help: "The admin identity file.")
@@ -49,6 +52,8 @@ struct AuditCommand: AsyncParsableCommand {
               ils-gateway admin audit --since 24h
               ils-gateway admin audit --since 1h --limit 100
               ils-gateway admin audit --json --before 5120
+              ils-gateway admin audit --action identity.revoke --target ipad
+              ils-gateway admin audit --action identity. --actor admin
             """
     )
 
@@ -64,6 +69,17 @@ struct AuditCommand: AsyncParsableCommand {
     @Option(help: "At most this many entries, 1-1000. Default: 100.")
     var limit: Int = 100
 
+    @Option(help: "Only entries by this actor (an identity name, or 'controller').")
+    var actor: String?
+
+    @Option(
+        help: "Only entries with this action, e.g. identity.revoke; one ending in '.' matches every action it starts."
+    )
+    var action: String?
+
+    @Option(help: "Only entries about this target (an identity, service or address).")
+    var target: String?
+
     @Flag(help: "Print JSON: an array of entries, each with seq, at, actor, action, target and detail.")
     var json = false
 
@@ -78,6 +94,12 @@ struct AuditCommand: AsyncParsableCommand {
         }
         var path = "/v1/admin/audit?since=\(max(from, 0))&limit=\(limit)"
         if let before { path += "&before=\(before)" }
+        // Checked here too, so a bad filter is refused before the controller is asked.
+        for (name, value) in [("actor", actor), ("action", action), ("target", target)] {
+            guard let value else { continue }
+            _ = try ControllerAPI.AuditFilter(query: [name: value])
+            path += "&\(name)=\(AuditCommand.percentEncoded(value))"
+        }
         let page: ControllerAPI.AuditPage = try await client.call(.GET, path)
         if json {
             try printJSON(page.entries)
@@ -87,9 +109,19 @@ struct AuditCommand: AsyncParsableCommand {
             }
         }
         if let next = page.nextBefore {
-            let sinceFlag = since.map { " --since \($0)" } ?? ""
-            sayToStandardError("older entries: ils-gateway admin audit\(sinceFlag) --limit \(limit) --before \(next)")
+            var flags = since.map { " --since \($0)" } ?? ""
+            for (name, value) in [("actor", actor), ("action", action), ("target", target)] {
+                if let value { flags += " --\(name) \(value)" }
+            }
+            sayToStandardError("older entries: ils-gateway admin audit\(flags) --limit \(limit) --before \(next)")
         }
+    }
+
+    /// `value` with everything but unreserved characters percent-encoded, for a query string.
+    static func percentEncoded(_ value: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
     }
 }
 

@@ -1,5 +1,6 @@
 public import ArgumentParser
 import Foundation
+import ILSAdmin
 import ILSClient
 public import ILSCore
 

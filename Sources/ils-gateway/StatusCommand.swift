@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ILSAdmin
 import ILSClient
 import ILSCore
 import ILSCrypto

@@ -1,22 +1,22 @@
-import ILSCore
-import ILSIdentity
+public import ILSCore
+public import ILSIdentity
 
 /// What only each controller of a cluster knows, asked of each one directly with the same identity: the live
 /// sessions are in the memory of the controller that relays them. The list of controllers is the cluster's own
 /// (`GET /v1/controllers`, from the identity's controller or the first of its file's list that answers).
-enum ClusterCalls {
+public enum ClusterCalls {
     /// One controller's answer, or why it gave none.
-    struct Answer<Value: Sendable>: Sendable {
-        var controller: ControllerAddress
-        var result: Result<Value, ILSError>
+    public struct Answer<Value: Sendable>: Sendable {
+        public var controller: ControllerAddress
+        public var result: Result<Value, ILSError>
     }
 
     /// The most controllers asked: the cap identity files and enrollment answers use too.
-    static let maximumControllers = 16
+    public static let maximumControllers = 16
 
     /// The cluster's controllers as `client`'s controller lists them (those with a heartbeat in the last 30 s). A
     /// controller of an earlier release has no list: then it is the only one.
-    static func controllers(_ client: ControllerClient) async throws(ILSError) -> [ControllerAddress] {
+    public static func controllers(_ client: ControllerClient) async throws(ILSError) -> [ControllerAddress] {
         let listed: [ControllerAPI.ControllerInfo]
         do {
             listed = try await client.call(.GET, "/v1/controllers")
@@ -31,7 +31,7 @@ enum ClusterCalls {
 
     /// `GET path` on every one of `controllers` at once, each with its own bounded connection; answers in the
     /// order of `controllers`.
-    static func ask<Value: Decodable & Sendable>(
+    public static func ask<Value: Decodable & Sendable>(
         _ client: ControllerClient,
         _ path: String,
         at controllers: [ControllerAddress],

@@ -1,0 +1,67 @@
+public import ILSCore
+
+/// Where the console listens and who may address it. Loopback by default; any other address needs TLS, so a
+/// session cookie or a login link never crosses a network in the clear.
+public struct ConsoleConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    /// PEM paths of the certificate and key to serve HTTPS with.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
+    /// `Host` values accepted besides loopback ones (the name the console is hosted as in the overlay, say): any
+    /// other is refused with 421, which is what stops DNS rebinding.
+    public var allowedHosts: [String]
+
+    public init(
+        host: String = "127.0.0.1",
+        port: Int = 8090,
+        tlsCertificatePath: String? = nil,
+        tlsKeyPath: String? = nil,
+        allowedHosts: [String] = []
+    ) {
+        self.host = host
+        self.port = port
+        self.tlsCertificatePath = tlsCertificatePath
+        self.tlsKeyPath = tlsKeyPath
+        self.allowedHosts = allowedHosts
+    }
+
+    public var usesTLS: Bool { tlsCertificatePath != nil }
+
+    /// Refuses what must not run: half a TLS pair, a bad allowed host, and a non-loopback address without TLS.
+    public func validate() throws(ILSError) {
+        guard (tlsCertificatePath == nil) == (tlsKeyPath == nil) else {
+            throw ILSError(.invalidArgument, "--tls-cert and --tls-key go together")
+        }
+        guard (0...65535).contains(port) else {
+            throw ILSError(.invalidArgument, "the port must be between 0 and 65535")
+        }
+        for host in allowedHosts {
+            guard host.utf8.count <= 253, !host.isEmpty,
+                host.unicodeScalars.allSatisfy({
+                    $0.isASCII && ($0.properties.isAlphabetic || "0123456789.-:[]".unicodeScalars.contains($0))
+                })
+            else {
+                throw ILSError(
+                    .invalidArgument,
+                    "--allowed-host must be a host name or address, not '\(host.prefix(60))'"
+                )
+            }
+        }
+        guard usesTLS || Self.isLoopback(host) else {
+            throw ILSError(
+                .invalidArgument,
+                "the console listens beyond loopback (\(host)) only with TLS: give --tls-cert and --tls-key, or "
+                    + "listen on 127.0.0.1 and reach it through the overlay or an SSH tunnel"
+            )
+        }
+    }
+
+    /// 127.0.0.0/8, ::1 and localhost.
+    public static func isLoopback(_ host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if bare.lowercased() == "localhost" || bare == "::1" { return true }
+        let parts = bare.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
+    }
+}

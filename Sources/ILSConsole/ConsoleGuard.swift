@@ -1,0 +1,157 @@
+import HTTPTypes
+public import Hummingbird
+import Logging
+
+/// What every request passes before a page sees it, in this order:
+/// 1. `Host` must be a loopback name, or one of the allowed hosts: anything else is 421, which defeats DNS rebinding
+///    (a hostile page whose name resolves to 127.0.0.1 still sends its own name as Host).
+/// 2. The public paths (sign-in, signed-out, static files) pass; every other needs a live session cookie. A GET
+///    without one is sent to /signed-out (no secret in that URL); anything else is 403.
+/// 3. Every request that is not GET or HEAD must carry the session's CSRF token in its `csrf` form field, and, when the
+///    browser sends them, an `Origin` equal to this console's and `Sec-Fetch-Site: same-origin`. Otherwise 403 and a
+///    log line. GET handlers never change anything.
+/// Every answer gets the security headers (a strict Content-Security-Policy, no caching, no referrer).
+struct ConsoleGuard: RouterMiddleware {
+    typealias Context = ConsoleContext
+
+    let sessions: ConsoleSessions
+    let configuration: ConsoleConfiguration
+    let logger: Logger
+
+    static let cookieName = "ils_console"
+    static let secureCookieName = "__Host-ils_console"
+    static let publicPaths: Set<String> = ["/login", "/signed-out", "/static/console.css", "/static/console.js"]
+
+    func handle(
+        _ request: Request,
+        context: ConsoleContext,
+        next: (Request, ConsoleContext) async throws -> Response
+    ) async throws -> Response {
+        var response = try await guarded(request, context: context, next: next)
+        Self.secure(&response.headers)
+        return response
+    }
+
+    private func guarded(
+        _ request: Request,
+        context: ConsoleContext,
+        next: (Request, ConsoleContext) async throws -> Response
+    ) async throws -> Response {
+        var request = request
+        var context = context
+        guard isAllowed(host: request.head.authority) else {
+            logger.notice(
+                "console request refused: Host is not this console's",
+                metadata: ["path": "\(request.uri.path.prefix(100))"]
+            )
+            return ConsolePages.plain(.misdirectedRequest, "This console does not answer to that host name.")
+        }
+        if Self.publicPaths.contains(request.uri.path) {
+            return try await next(request, context)
+        }
+        guard let id = request.cookies[cookieName]?.value, let session = sessions.session(id: id) else {
+            if request.method == .get || request.method == .head {
+                return Response(status: .seeOther, headers: [.location: "/signed-out"])
+            }
+            return ConsolePages.plain(
+                .forbidden,
+                "Not signed in: open a new login link from `ils-gateway admin console`."
+            )
+        }
+        context.session = session
+        if request.method != .get && request.method != .head {
+            let body = try await Self.collectForm(&request, limit: context.maxUploadSize)
+            context.form = FormFields.decode(String(buffer: body))
+            guard let token = context.form["csrf"], ConsoleSessions.equal(token, session.csrf) else {
+                return refuse(request, "the form's CSRF token is missing or wrong")
+            }
+            if let origin = request.headers[.origin], origin != self.origin(of: request) {
+                return refuse(request, "the request came from another origin")
+            }
+            if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin" {
+                return refuse(request, "the browser says the request is \(site.prefix(20))")
+            }
+        }
+        return try await next(request, context)
+    }
+
+    /// The form body, at most `limit` bytes and 10 s: a client that sends it slower is cut off.
+    static func collectForm(_ request: inout Request, limit: Int) async throws -> ByteBuffer {
+        let pending = request
+        let body = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+            group.addTask {
+                var request = pending
+                return try await request.collectBody(upTo: limit)
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(10))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let body = first else {
+                throw HTTPError(.requestTimeout, message: "the form took too long to arrive")
+            }
+            return body
+        }
+        request.body = .init(buffer: body)
+        return body
+    }
+
+    var cookieName: String { configuration.usesTLS ? Self.secureCookieName : Self.cookieName }
+
+    private func refuse(_ request: Request, _ why: String) -> Response {
+        logger.warning("console change refused: \(why)", metadata: ["path": "\(request.uri.path.prefix(100))"])
+        return ConsolePages.plain(.forbidden, "This change was refused: \(why). Reload the page and try again.")
+    }
+
+    /// `scheme://Host` as the browser addressed this console.
+    private func origin(of request: Request) -> String {
+        (configuration.usesTLS ? "https://" : "http://") + (request.head.authority ?? "")
+    }
+
+    /// Loopback at any port, or an allowed host with or without a port.
+    func isAllowed(host authority: String?) -> Bool {
+        guard let authority, !authority.isEmpty else { return false }
+        let host: String
+        if authority.hasPrefix("[") {
+            guard let end = authority.firstIndex(of: "]") else { return false }
+            host = String(authority[...end])
+        } else {
+            host = String(authority.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0])
+        }
+        let lowered = host.lowercased()
+        return ConsoleConfiguration.isLoopback(lowered)
+            || configuration.allowedHosts.contains {
+                $0.lowercased() == lowered || $0.lowercased() == authority.lowercased()
+            }
+    }
+
+    static func secure(_ headers: inout HTTPFields) {
+        headers[.contentSecurityPolicy] =
+            "default-src 'none'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; "
+            + "frame-ancestors 'none'; base-uri 'none'"
+        headers[.xContentTypeOptions] = "nosniff"
+        headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        headers[.cacheControl] = "no-store"
+        headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
+    }
+}
+
+/// `application/x-www-form-urlencoded` into fields; a repeated field keeps its last value. Bounded by the context's
+/// upload size. Written here rather than through Hummingbird's `URLEncodedFormDecoder` because the guard needs the
+/// raw fields (the CSRF token) before any page's typed form exists.
+enum FormFields {
+    static func decode(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = decodeComponent(parts[0]) else { continue }
+            fields[name] = parts.count > 1 ? decodeComponent(parts[1]) ?? "" : ""
+        }
+        return fields
+    }
+
+    private static func decodeComponent(_ text: Substring) -> String? {
+        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    }
+}

@@ -1,0 +1,81 @@
+import ILSCore
+import Logging
+import Mustache
+import Testing
+
+@testable import ILSConsole
+
+struct ConsoleConfigurationTests {
+    @Test func beyondLoopbackNeedsTLS() throws {
+        for host in ["0.0.0.0", "192.168.1.20", "::", "example.org"] {
+            let error = #expect(throws: ILSError.self) { try ConsoleConfiguration(host: host).validate() }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.reason.contains("only with TLS") == true)
+            try ConsoleConfiguration(host: host, tlsCertificatePath: "c.pem", tlsKeyPath: "k.pem").validate()
+        }
+        for host in ["127.0.0.1", "127.8.9.10", "::1", "localhost", "LOCALHOST"] {
+            try ConsoleConfiguration(host: host).validate()
+        }
+        #expect(!ConsoleConfiguration.isLoopback("127.0.0.1.example.org"))
+        #expect(!ConsoleConfiguration.isLoopback("128.0.0.1"))
+    }
+
+    @Test func halfATLSPairAndBadHostsAreRefused() {
+        #expect(throws: ILSError.self) { try ConsoleConfiguration(tlsCertificatePath: "c.pem").validate() }
+        #expect(throws: ILSError.self) { try ConsoleConfiguration(allowedHosts: ["evil\u{1B}[31m"]).validate() }
+        #expect(throws: ILSError.self) { try ConsoleConfiguration(allowedHosts: [""]).validate() }
+    }
+
+    @Test func theHostCheckAcceptsLoopbackAndAllowedNamesOnly() {
+        let guarding = ConsoleGuard(
+            sessions: ConsoleSessions(),
+            configuration: ConsoleConfiguration(allowedHosts: ["ils-console"]),
+            logger: Logger(label: "test")
+        )
+        for host in ["127.0.0.1:8090", "127.0.0.1", "localhost:1", "[::1]:8090", "ils-console", "ILS-Console:80"] {
+            #expect(guarding.isAllowed(host: host), "\(host)")
+        }
+        for host in [nil, "", "evil.example:8090", "127.0.0.1.evil.example", "[::2]:80", "ils-console.evil.example"] {
+            #expect(!guarding.isAllowed(host: host), "\(host ?? "nil")")
+        }
+    }
+
+    @Test func formFieldsDecode() {
+        let fields = FormFields.decode("csrf=a%2Bb&name=ipad+one&empty=&attributes=%23ipad%2C+ops&csrf=last")
+        #expect(fields["csrf"] == "last")
+        #expect(fields["name"] == "ipad one")
+        #expect(fields["empty"] == "")
+        #expect(fields["attributes"] == "#ipad, ops")
+        #expect(FormFields.decode("%zz=1")["%zz"] == nil)
+    }
+
+    /// A template error would otherwise show only when its page is first opened.
+    @Test func everyTemplateParsesAndEscapes() throws {
+        let library = try ConsoleTemplates.library()
+        for (name, _) in ConsoleTemplates.all {
+            #expect(library.getTemplate(named: name) != nil, "\(name)")
+        }
+        let html =
+            library.render(
+                [
+                    "rows": [
+                        [
+                            "seq": 1, "at": "now", "actor": "<b>admin</b>", "action": "identity.revoke",
+                            "target": "x\"onmouseover=\"alert(1)", "detail": "<script>alert(1)</script>",
+                        ]
+                    ]
+                ],
+                withTemplate: "audit"
+            ) ?? ""
+        #expect(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+        #expect(!html.contains("<script>"))
+        #expect(!html.contains("<b>admin"))
+        #expect(!html.contains("x\"onmouseover"))
+    }
+
+    @Test func aCraftedNoticeIsNotShown() {
+        #expect(ConsolePages.notice(text: "ipad was revoked") == "ipad was revoked.")
+        #expect(ConsolePages.notice(text: "Your session expired, call 555 was revoked") == nil)
+        #expect(ConsolePages.notice(text: "please sign in again") == nil)
+    }
+}
