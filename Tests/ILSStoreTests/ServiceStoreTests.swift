@@ -168,4 +168,44 @@ struct ServiceStoreTests {
         )
         #expect(roles.trimmingCharacters(in: .whitespacesAndNewlines) == "admin")
     }
+
+    @Test(
+        "the audit log filters by actor, exact action, action family and target, with paging",
+        arguments: StoreKind.allCases
+    )
+    func auditFilters(kind: StoreKind) async throws {
+        let (store, _, cleanup) = try await kind.make()
+        let rows: [(String, String, String)] = [
+            ("admin", "identity.create", "ipad"), ("admin", "identity.revoke", "ipad"),
+            ("ops", "identity.revoke", "mac"), ("ops", "service.update", "claude-api"),
+            // '_' and '%' are themselves: a LIKE would match these for "identity_" or "%".
+            ("ops", "identityXrevoke", "ipad"), ("admin", "identity.disable", "ipad_2"),
+        ]
+        for (actor, action, target) in rows {
+            try await store.audit(actor: actor, action: action, target: target, detail: "")
+        }
+        func page(_ filter: AuditFilter, before: Int64? = nil, limit: Int = 100) async throws -> [String] {
+            try await store.auditEntries(since: 0, before: before, limit: limit, filter: filter).map {
+                "\($0.actor) \($0.action) \($0.target)"
+            }
+        }
+        #expect(
+            try await page(AuditFilter(action: "identity.revoke")) == [
+                "admin identity.revoke ipad", "ops identity.revoke mac",
+            ]
+        )
+        #expect(try await page(AuditFilter(action: "identity.revoke", target: "ipad")) == ["admin identity.revoke ipad"])
+        #expect(try await page(AuditFilter(actor: "ops", action: "identity.")) == ["ops identity.revoke mac"])
+        #expect(try await page(AuditFilter(action: "identity.")).count == 4)
+        #expect(try await page(AuditFilter(action: "identity_")).isEmpty)
+        #expect(try await page(AuditFilter(target: "ipad_2")) == ["admin identity.disable ipad_2"])
+        #expect(try await page(AuditFilter(target: "%")).isEmpty)
+        #expect(try await page(AuditFilter(actor: "nobody")).isEmpty)
+        // Paging keeps the filter: the newest match first, then the older one below its seq.
+        let newest = try await store.auditEntries(since: 0, before: nil, limit: 1, filter: AuditFilter(actor: "ops"))
+        #expect(newest.map(\.action) == ["identityXrevoke"])
+        let older = try await page(AuditFilter(actor: "ops"), before: newest.first?.seq, limit: 1)
+        #expect(older == ["ops service.update claude-api"])
+        await cleanup()
+    }
 }
