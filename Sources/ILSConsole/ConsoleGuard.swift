@@ -131,7 +131,9 @@ struct ConsoleGuard: RouterMiddleware {
             "default-src 'none'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; "
             + "frame-ancestors 'none'; base-uri 'none'"
         headers[.xContentTypeOptions] = "nosniff"
-        headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        // same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with a form, which the
+        // origin check must refuse. No secret is ever in a URL a page of this console is loaded from.
+        headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
         headers[.cacheControl] = "no-store"
         headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
     }

@@ -25,6 +25,7 @@ enum ConsoleTemplates {
         <meta charset="utf-8">
         <meta name="viewport" content="width=device-width, initial-scale=1">
         <title>{{title}} · ils-gateway console</title>
+        <link rel="icon" href="data:,">
         <link rel="stylesheet" href="/static/console.css">
         <script src="/static/console.js" defer></script>
         </head>
