@@ -21,6 +21,10 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v gdb >/dev/null || need_apt+=(gdb)
 pkg-config --exists libqrencode 2>/dev/null || need_apt+=(libqrencode-dev pkg-config)   # admin identity create --qr
 command -v zbarimg >/dev/null || need_apt+=(zbar-tools)   # the QR tests read codes back with a real decoder
+# The console's browser tests (Tests/e2e/test_console_browser.py): Debian's Chromium and its driver, so selenium
+# never downloads a browser.
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     echo "installing Debian packages: ${need_apt[*]}" >&2
@@ -32,6 +36,13 @@ if ! python3 -c 'import fastapi, uvicorn, sse_starlette, httpx, websockets, pyte
     echo "installing Python packages from deploy/backend/requirements.txt" >&2
     python3 -m pip install -q --disable-pip-version-check -r deploy/backend/requirements.txt \
         || python3 -m pip install -q --disable-pip-version-check --break-system-packages -r deploy/backend/requirements.txt
+fi
+
+# selenium drives the console's browser tests (with Debian's chromedriver; Selenium Manager is never used).
+if ! python3 -c 'import selenium' 2>/dev/null; then
+    echo "installing selenium from PyPI" >&2
+    python3 -m pip install -q --disable-pip-version-check 'selenium>=4.11' \
+        || python3 -m pip install -q --disable-pip-version-check --break-system-packages 'selenium>=4.11'
 fi
 
 # sslyze for the TLS profile test (Tests/e2e/test_tls_profile.py); it pins cryptography below 47.

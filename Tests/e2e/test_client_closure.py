@@ -101,6 +101,14 @@ def test_the_real_tree_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_only_the_cli_links_the_console() -> None:
+    """Hummingbird and swift-mustache are the console's alone: no role, no test helper, never the app's library."""
+    for target in ("ILSClient", "ILSController", "ILSGateway", "ILSTunnel", "ILSTesting", "ILSAdmin"):
+        linked = closure(target)
+        assert not {t for t in linked if "Hummingbird" in t or "Mustache" in t or t == "ILSConsole"}, (target, linked)
+    assert "ILSConsole" in closure("ils-gateway")
+
+
 def test_http_modes_proxy_core_links_nothing_of_the_overlay() -> None:
     linked = closure("ILSProxy")
     assert "ILSSplice" in linked

@@ -372,13 +372,13 @@ _ils-gateway_admin() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    identity|service|sessions|audit)
+    identity|service|sessions|audit|console)
         # Offer subcommand argument completions
         "_ils-gateway_admin_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'identity service sessions audit' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'identity service sessions audit console' -- "${cur}"))
         ;;
     esac
 }
@@ -710,7 +710,7 @@ _ils-gateway_admin_audit() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identity --since --before --limit)
+    non_repeating_options=(--identity --since --before --limit --actor --action --target)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -725,6 +725,50 @@ _ils-gateway_admin_audit() {
         return
         ;;
     '--limit')
+        return
+        ;;
+    '--actor')
+        return
+        ;;
+    '--action')
+        return
+        ;;
+    '--target')
+        return
+        ;;
+    esac
+}
+
+_ils-gateway_admin_console() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=(--allowed-host)
+    non_repeating_options=(--identity --listen --tls-cert --tls-key --log-level --log-format)
+    __ils-gateway_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--identity')
+        return
+        ;;
+    '--listen')
+        return
+        ;;
+    '--tls-cert')
+        return
+        ;;
+    '--tls-key')
+        return
+        ;;
+    '--allowed-host')
+        return
+        ;;
+    '--log-level')
+        __ils-gateway_add_completions -W 'trace'$'\n''debug'$'\n''info'$'\n''notice'$'\n''warning'$'\n''error'$'\n''critical'
+        return
+        ;;
+    '--log-format')
+        __ils-gateway_add_completions -W 'text'$'\n''json'
         return
         ;;
     esac
