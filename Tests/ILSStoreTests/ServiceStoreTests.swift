@@ -194,7 +194,9 @@ struct ServiceStoreTests {
                 "admin identity.revoke ipad", "ops identity.revoke mac",
             ]
         )
-        #expect(try await page(AuditFilter(action: "identity.revoke", target: "ipad")) == ["admin identity.revoke ipad"])
+        #expect(
+            try await page(AuditFilter(action: "identity.revoke", target: "ipad")) == ["admin identity.revoke ipad"]
+        )
         #expect(try await page(AuditFilter(actor: "ops", action: "identity.")) == ["ops identity.revoke mac"])
         #expect(try await page(AuditFilter(action: "identity.")).count == 4)
         #expect(try await page(AuditFilter(action: "identity_")).isEmpty)
