@@ -81,9 +81,7 @@ public struct AdminCalls: Sendable {
     {
         var path = "/v1/admin/audit?limit=\(limit)"
         if let before { path += "&before=\(before)" }
-        for (name, value) in [("actor", filter.actor), ("action", filter.action), ("target", filter.target)] {
-            if let value { path += "&\(name)=\(Self.percentEncoded(value))" }
-        }
+        path += filter.queryParameters
         return try await client.call(.GET, path)
     }
 

@@ -36,10 +36,7 @@ extension ConsolePages {
                     "target": entry.target, "detail": entry.detail,
                 ]
             }
-            var filters = ""
-            for name in ["actor", "action", "target"] {
-                if let value = query[name] { filters += "&\(name)=\(AdminCalls.percentEncoded(value))" }
-            }
+            let filters = filter.queryParameters
             if let next = page.nextBefore { values["older"] = "/audit?before=\(next)\(filters)" }
             if before != nil { values["newer"] = "/audit?" + filters.dropFirst() }
         } catch let failure {

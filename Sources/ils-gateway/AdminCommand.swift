@@ -95,11 +95,9 @@ struct AuditCommand: AsyncParsableCommand {
         var path = "/v1/admin/audit?since=\(max(from, 0))&limit=\(limit)"
         if let before { path += "&before=\(before)" }
         // Checked here too, so a bad filter is refused before the controller is asked.
-        for (name, value) in [("actor", actor), ("action", action), ("target", target)] {
-            guard let value else { continue }
-            _ = try ControllerAPI.AuditFilter(query: [name: value])
-            path += "&\(name)=\(AuditCommand.percentEncoded(value))"
-        }
+        var query: [String: String] = [:]
+        for (name, value) in [("actor", actor), ("action", action), ("target", target)] { query[name] = value }
+        path += try ControllerAPI.AuditFilter(query: query).queryParameters
         let page: ControllerAPI.AuditPage = try await client.call(.GET, path)
         if json {
             try printJSON(page.entries)
@@ -115,13 +113,6 @@ struct AuditCommand: AsyncParsableCommand {
             }
             sayToStandardError("older entries: ils-gateway admin audit\(flags) --limit \(limit) --before \(next)")
         }
-    }
-
-    /// `value` with everything but unreserved characters percent-encoded, for a query string.
-    static func percentEncoded(_ value: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
     }
 }
 

@@ -20,4 +20,10 @@ struct AuditFilterTests {
             #expect(error?.reason.contains("\u{1B}") == false, "the refusal never echoes the value")
         }
     }
+
+    @Test func theQueryIsPercentEncoded() {
+        let filter = ControllerAPI.AuditFilter(actor: "a b&c", action: "identity.", target: "ipad_2~é")
+        #expect(filter.queryParameters == "&actor=a%20b%26c&action=identity.&target=ipad_2~%C3%A9")
+        #expect(ControllerAPI.AuditFilter().queryParameters == "")
+    }
 }
