@@ -11,9 +11,11 @@ extension ConsolePages {
     }
 
     private func auditPage(_ request: Request, _ context: ConsoleContext) async -> Response {
+        // The filter form is a GET form: decoded as one (`+` is a space), not as Hummingbird's query parameters.
+        let fields = FormFields.decode(request.uri.query ?? "")
         var query: [String: String] = [:]
         for name in ["actor", "action", "target", "before"] {
-            if let value = request.uri.queryParameters[Substring(name)], !value.isEmpty { query[name] = String(value) }
+            if let value = fields[name], !value.isEmpty { query[name] = value }
         }
         var values: [String: Any] = [
             "actor": query["actor"] ?? "", "action": query["action"] ?? "", "target": query["target"] ?? "",

@@ -14,7 +14,7 @@ extension ConsolePages {
 
     func registerServices(on router: Router<ConsoleContext>) {
         router.get("/services") { request, context in
-            await servicesPage(request, context, notice: Self.notice(request))
+            await servicesPage(request, context, notice: sessions.takeNotice(for: context.session?.id))
         }
         router.post("/services") { request, context in await changeService(request, context, name: nil) }
         router.post("/services/:name") { request, context in
@@ -25,7 +25,7 @@ extension ConsolePages {
             do throws(ILSError) {
                 try await calls.deleteService(name)
                 logger.notice("console: service deleted", metadata: ["service": "\(name)", "actor": "\(calls.actor)"])
-                return changed("/services", notice: "\(name) was deleted")
+                return changed("/services", notice: "\(name) was deleted.", context: context)
             } catch {
                 return await servicesPage(request, context, status: Self.status(of: error), error: error.reason)
             }
@@ -161,14 +161,14 @@ extension ConsolePages {
                     ControllerAPI.ServiceRequest(dial: try policy("dial"), bind: try policy("bind"), revision: revision)
                 )
                 logger.notice("console: service updated", metadata: ["service": "\(name)", "actor": "\(calls.actor)"])
-                return changed("/services", notice: "\(name) was updated")
+                return changed("/services", notice: "\(name) was updated.", context: context)
             }
             let created = form["name", default: ""].trimmingCharacters(in: .whitespaces)
             try await calls.createService(
                 ControllerAPI.ServiceRequest(name: created, dial: try policy("dial"), bind: try policy("bind"))
             )
             logger.notice("console: service created", metadata: ["service": "\(created)", "actor": "\(calls.actor)"])
-            return changed("/services", notice: "\(created) was created")
+            return changed("/services", notice: "\(created) was created.", context: context)
         } catch {
             let reason =
                 error.code == .conflict && name != nil

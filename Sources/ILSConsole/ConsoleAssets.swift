@@ -50,7 +50,13 @@ enum ConsoleAssets {
         });
         const every = Number(document.body.getAttribute("data-refresh") || "0");
         if (every > 0) {
-          setTimeout(() => { if (!document.querySelector("form :focus")) { location.reload(); } }, every * 1000);
+          // auto=1 tells the console this load is not the admin's: it does not extend the session's idle timeout.
+          setTimeout(() => {
+            if (document.querySelector("form :focus")) { return; }
+            const next = new URL(location.href);
+            next.searchParams.set("auto", "1");
+            location.replace(next);
+          }, every * 1000);
         }
         """
 }

@@ -48,6 +48,13 @@ public struct ConsoleConfiguration: Sendable {
                 )
             }
         }
+        guard !Self.isWildcard(host) || allowedHosts.first != nil || !usesTLS else {
+            throw ILSError(
+                .invalidArgument,
+                "listening on every address (\(host)), the console needs --allowed-host NAME: the name browsers reach it "
+                    + "by (any other Host is refused)"
+            )
+        }
         guard usesTLS || Self.isLoopback(host) else {
             throw ILSError(
                 .invalidArgument,
@@ -55,6 +62,17 @@ public struct ConsoleConfiguration: Sendable {
                     + "listen on 127.0.0.1 and reach it through the overlay or an SSH tunnel"
             )
         }
+    }
+
+    /// 0.0.0.0 and ::, which browsers never send as a Host.
+    public static func isWildcard(_ host: String) -> Bool {
+        ["0.0.0.0", "::", "[::]"].contains(host)
+    }
+
+    /// The host a login link names: the listen address, or for a wildcard the first allowed host.
+    public var linkHost: String {
+        let host = Self.isWildcard(host) ? (allowedHosts.first ?? "127.0.0.1") : host
+        return host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
     }
 
     /// 127.0.0.0/8, ::1 and localhost.

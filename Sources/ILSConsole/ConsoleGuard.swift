@@ -1,5 +1,6 @@
 import HTTPTypes
 public import Hummingbird
+import ILSCore
 import Logging
 
 /// What every request passes before a page sees it, in this order:
@@ -27,7 +28,14 @@ struct ConsoleGuard: RouterMiddleware {
         context: ConsoleContext,
         next: (Request, ConsoleContext) async throws -> Response
     ) async throws -> Response {
-        var response = try await guarded(request, context: context, next: next)
+        var response: Response
+        do {
+            response = try await guarded(request, context: context, next: next)
+        } catch let error as HTTPError {
+            // A body too large or too slow (`collectForm`), or a route's own HTTP error: answered here, so it gets the
+            // security headers too.
+            response = ConsolePages.plain(error.status, error.body ?? "The request was refused.")
+        }
         Self.secure(&response.headers)
         return response
     }
@@ -49,7 +57,10 @@ struct ConsoleGuard: RouterMiddleware {
         if Self.publicPaths.contains(request.uri.path) {
             return try await next(request, context)
         }
-        guard let id = request.cookies[cookieName]?.value, let session = sessions.session(id: id) else {
+        // A page's own refresh (console.js adds auto=1) is not activity: it does not extend the idle timeout.
+        let automatic = request.method == .get && request.uri.queryParameters["auto"] == "1"
+        guard let id = request.cookies[cookieName]?.value, let session = sessions.session(id: id, touch: !automatic)
+        else {
             if request.method == .get || request.method == .head {
                 return Response(status: .seeOther, headers: [.location: "/signed-out"])
             }
@@ -69,7 +80,7 @@ struct ConsoleGuard: RouterMiddleware {
                 return refuse(request, "the request came from another origin")
             }
             if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin" {
-                return refuse(request, "the browser says the request is \(site.prefix(20))")
+                return refuse(request, "the browser says the request is \(ControlCharacters.bounded(site, limit: 20))")
             }
         }
         return try await next(request, context)
@@ -120,7 +131,11 @@ struct ConsoleGuard: RouterMiddleware {
             host = String(authority.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0])
         }
         let lowered = host.lowercased()
+        let listening = configuration.host.lowercased()
+        let bareListening = listening.hasPrefix("[") ? String(listening.dropFirst().dropLast()) : listening
+        let bareHost = lowered.hasPrefix("[") ? String(lowered.dropFirst().dropLast()) : lowered
         return ConsoleConfiguration.isLoopback(lowered)
+            || (!ConsoleConfiguration.isWildcard(listening) && bareHost == bareListening)
             || configuration.allowedHosts.contains {
                 $0.lowercased() == lowered || $0.lowercased() == authority.lowercased()
             }

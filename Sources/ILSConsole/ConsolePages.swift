@@ -164,38 +164,21 @@ struct ConsolePages: Sendable {
         )
     }
 
-    /// A change's outcome: back to `path` with a notice, or the refusal on `retry`'s page.
-    func changed(_ path: String, notice: String) -> Response {
-        let query = AdminCalls.percentEncoded(notice)
-        return Response(status: .seeOther, headers: [.location: "\(path)?done=\(query)"])
+    /// A change's outcome: back to `path`, whose next load says `notice` (kept in the session, not the URL).
+    func changed(_ path: String, notice: String, context: ConsoleContext) -> Response {
+        if let id = context.session?.id { sessions.setNotice(notice, for: id) }
+        return Response(status: .seeOther, headers: [.location: path])
     }
 
     /// The controller's refusal as an HTTP status of the console's own answer.
     static func status(of error: ILSError) -> HTTPResponse.Status {
         switch error.code {
-        case .invalidArgument: .badRequest
+        case .invalidArgument, .invalidInput: .badRequest
         case .notFound: .notFound
         case .conflict: .conflict
         case .permissionDenied: .forbidden
         default: .badGateway
         }
-    }
-
-    /// The notice a redirect after a change carries: only text this console wrote is shown (a fixed sentence
-    /// about a validated name); anything else in `done` is ignored, so a crafted link cannot put words on the page.
-    static func notice(_ request: Request) -> String? {
-        notice(text: request.uri.queryParameters["done"].map(String.init))
-    }
-
-    static func notice(text: String?) -> String? {
-        guard let done = text, done.utf8.count <= 200,
-            !done.unicodeScalars.contains(where: ControlCharacters.isControl)
-        else { return nil }
-        let allowed = [" was revoked", " was disabled", " was enabled", " was deleted", " was created", " was updated"]
-        guard let suffix = allowed.first(where: { done.hasSuffix($0) }) else { return nil }
-        let name = String(done.dropLast(suffix.count))
-        guard (try? IdentityName.validate(name)) != nil else { return nil }
-        return name + suffix + "."
     }
 
     static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {

@@ -35,6 +35,9 @@ public final class ConsoleSessions: Sendable {
         /// Secrets already used, kept until they would have expired, so a second use says "used".
         var usedLogins: [(secret: String, expires: Double)] = []
         var sessions: [Session] = []
+        /// What the next page of a session says about the change it just made (post/redirect/get), kept here so a
+        /// link cannot put words on a page.
+        var notices: [String: String] = [:]
     }
 
     private let state = NIOLockedValueBox(State())
@@ -84,8 +87,9 @@ public final class ConsoleSessions: Sendable {
         }
     }
 
-    /// The live session whose cookie value is `id`, marked as seen now.
-    public func session(id: String) -> Session? {
+    /// The live session whose cookie value is `id`, marked as seen now unless `touch` is false (a page's own
+    /// automatic refresh, which must not keep an unattended browser signed in).
+    public func session(id: String, touch: Bool = true) -> Session? {
         let now = clock()
         return state.withLockedValue { state in
             guard let index = state.sessions.firstIndex(where: { Self.equal($0.id, id) }) else { return nil }
@@ -93,13 +97,30 @@ public final class ConsoleSessions: Sendable {
                 state.sessions.remove(at: index)
                 return nil
             }
-            state.sessions[index].lastSeen = now
+            if touch { state.sessions[index].lastSeen = now }
             return state.sessions[index]
         }
     }
 
     public func signOut(id: String) {
-        state.withLockedValue { state in state.sessions.removeAll { Self.equal($0.id, id) } }
+        state.withLockedValue { state in
+            state.sessions.removeAll { Self.equal($0.id, id) }
+            state.notices[id] = nil
+        }
+    }
+
+    /// Keeps `text` for the next page `id`'s session loads.
+    public func setNotice(_ text: String, for id: String) {
+        state.withLockedValue { state in
+            state.notices = state.notices.filter { entry in state.sessions.contains { $0.id == entry.key } }
+            state.notices[id] = text
+        }
+    }
+
+    /// The notice kept for `id`'s session, once.
+    public func takeNotice(for id: String?) -> String? {
+        guard let id else { return nil }
+        return state.withLockedValue { state in state.notices.removeValue(forKey: id) }
     }
 
     public var sessionCount: Int { state.withLockedValue { $0.sessions.count } }

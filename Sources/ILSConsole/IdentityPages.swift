@@ -9,7 +9,7 @@ import ILSQRCode
 extension ConsolePages {
     func registerIdentities(on router: Router<ConsoleContext>) {
         router.get("/identities") { request, context in
-            await identitiesPage(request, context, notice: Self.notice(request))
+            await identitiesPage(request, context, notice: sessions.takeNotice(for: context.session?.id))
         }
         router.post("/identities") { request, context in await createIdentity(request, context) }
         router.post("/identities/:name/:verb") { request, context in await changeIdentity(request, context) }
@@ -89,14 +89,14 @@ extension ConsolePages {
                     "console: identity \(record.state.rawValue)",
                     metadata: ["identity": "\(name)", "actor": "\(calls.actor)"]
                 )
-                return changed("/identities", notice: "\(name) was \(verb)d")
+                return changed("/identities", notice: "\(name) was \(verb)d.", context: context)
             case "delete":
                 try await calls.deleteIdentity(name)
                 logger.notice(
                     "console: identity deleted",
                     metadata: ["identity": "\(name)", "actor": "\(calls.actor)"]
                 )
-                return changed("/identities", notice: "\(name) was deleted")
+                return changed("/identities", notice: "\(name) was deleted.", context: context)
             case "reissue":
                 let response = try await calls.reissue(name, lifetime: 24 * 3600)
                 logger.notice("console: token reissued", metadata: ["identity": "\(name)", "actor": "\(calls.actor)"])

@@ -216,7 +216,7 @@ public enum ControllerAPI {
 
     /// Which audit entries a page holds besides its time and `seq` bounds (`actor=`, `action=`, `target=` of
     /// `GET /v1/admin/audit`). Each set field must match exactly, except an `action` ending in "." which matches every
-    /// action it starts (`identity.` is every identity action). A field is at most `maximumLength` bytes of visible
+    /// action it starts (`identity.` is every identity action). A field is at most `maximumLength` characters of visible
     /// text: it is refused before it reaches the store.
     public struct AuditFilter: Sendable, Hashable {
         public var actor: String?
@@ -264,12 +264,14 @@ public enum ControllerAPI {
         public init(query: [String: String]) throws(ILSError) {
             func field(_ name: String) throws(ILSError) -> String? {
                 guard let value = query[name] else { return nil }
-                guard !value.isEmpty, value.utf8.count <= Self.maximumLength,
+                // Characters, as the store bounds what it keeps (`AuditLimits.field`): a field it cut to 128
+                // characters ending in "…" can still be asked for.
+                guard !value.isEmpty, value.unicodeScalars.count <= Self.maximumLength,
                     !value.unicodeScalars.contains(where: ControlCharacters.isControl)
                 else {
                     throw ILSError(
                         .invalidArgument,
-                        "'\(name)' must be 1-\(Self.maximumLength) bytes of visible text"
+                        "'\(name)' must be 1-\(Self.maximumLength) characters of visible text"
                     )
                 }
                 return value

@@ -11,7 +11,12 @@ struct ConsoleConfigurationTests {
             let error = #expect(throws: ILSError.self) { try ConsoleConfiguration(host: host).validate() }
             #expect(error?.code == .invalidArgument)
             #expect(error?.reason.contains("only with TLS") == true)
-            try ConsoleConfiguration(host: host, tlsCertificatePath: "c.pem", tlsKeyPath: "k.pem").validate()
+            try ConsoleConfiguration(
+                host: host,
+                tlsCertificatePath: "c.pem",
+                tlsKeyPath: "k.pem",
+                allowedHosts: ["console.example.org"]
+            ).validate()
         }
         for host in ["127.0.0.1", "127.8.9.10", "::1", "localhost", "LOCALHOST"] {
             try ConsoleConfiguration(host: host).validate()
@@ -73,9 +78,25 @@ struct ConsoleConfigurationTests {
         #expect(!html.contains("x\"onmouseover"))
     }
 
-    @Test func aCraftedNoticeIsNotShown() {
-        #expect(ConsolePages.notice(text: "ipad was revoked") == "ipad was revoked.")
-        #expect(ConsolePages.notice(text: "Your session expired, call 555 was revoked") == nil)
-        #expect(ConsolePages.notice(text: "please sign in again") == nil)
+    @Test func beyondLoopbackTheListenAddressOrAnAllowedNameIsTheHost() throws {
+        let specific = ConsoleConfiguration(host: "192.168.1.5", port: 8443, tlsCertificatePath: "c", tlsKeyPath: "k")
+        try specific.validate()
+        let guarding = ConsoleGuard(sessions: ConsoleSessions(), configuration: specific, logger: Logger(label: "t"))
+        #expect(guarding.isAllowed(host: "192.168.1.5:8443"))
+        #expect(!guarding.isAllowed(host: "192.168.1.6:8443"))
+        #expect(specific.linkHost == "192.168.1.5")
+
+        // Every address: browsers never send 0.0.0.0, so a name is required, and the link uses it.
+        let wildcard = ConsoleConfiguration(host: "0.0.0.0", tlsCertificatePath: "c", tlsKeyPath: "k")
+        let error = #expect(throws: ILSError.self) { try wildcard.validate() }
+        #expect(error?.reason.contains("--allowed-host") == true)
+        var named = wildcard
+        named.allowedHosts = ["console.example.org"]
+        try named.validate()
+        #expect(named.linkHost == "console.example.org")
+        let any = ConsoleGuard(sessions: ConsoleSessions(), configuration: named, logger: Logger(label: "t"))
+        #expect(!any.isAllowed(host: "0.0.0.0:8090"))
+        #expect(any.isAllowed(host: "console.example.org:8090"))
+        #expect(ConsoleConfiguration(host: "::1").linkHost == "[::1]")
     }
 }

@@ -100,4 +100,27 @@ struct ConsoleSessionsTests {
         #expect(!ConsoleSessions.equal("abc", "abd"))
         #expect(!ConsoleSessions.equal("abc", "abcd"))
     }
+
+    @Test func anAutomaticRefreshDoesNotKeepASessionAlive() throws {
+        let clock = Clock()
+        let sessions = make(clock)
+        let session = try sessions.signIn(with: sessions.mintLogin()).get()
+        for _ in 0..<3 {
+            clock.advance(500)
+            #expect(sessions.session(id: session.id, touch: false) != nil)
+        }
+        clock.advance(500)
+        #expect(sessions.session(id: session.id, touch: false) == nil, "2,000 s without the admin's own request")
+    }
+
+    @Test func aNoticeIsShownOnceAndOnlyToItsSession() throws {
+        let sessions = make(Clock())
+        let mine = try sessions.signIn(with: sessions.mintLogin()).get()
+        let other = try sessions.signIn(with: sessions.mintLogin()).get()
+        sessions.setNotice("ipad was revoked.", for: mine.id)
+        #expect(sessions.takeNotice(for: other.id) == nil)
+        #expect(sessions.takeNotice(for: mine.id) == "ipad was revoked.")
+        #expect(sessions.takeNotice(for: mine.id) == nil)
+        #expect(sessions.takeNotice(for: nil) == nil)
+    }
 }

@@ -20,7 +20,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from conftest import Backend, Controller, ManagedProcess, free_port
+from conftest import Backend, Certs, Controller, ManagedProcess, free_port
 from console_browser import Browser, Console, artifacts, require_browser, sign_in_another
 from test_qr import zbarimg
 from test_services import END_BOUND_S, ServiceTunnel, Stream, create, serve
@@ -333,3 +333,24 @@ def test_screenshots_of_every_page_at_both_sizes(setup: Setup) -> None:
 def test_beyond_loopback_needs_tls(setup: Setup) -> None:
     r = setup.controller.cli("admin", "console", "--listen", "0.0.0.0:0")
     assert r.returncode == 64 and "only with TLS" in r.stderr, r.describe()
+
+
+def test_under_tls_the_cookie_is_secure_and_host_prefixed(setup: Setup, certs: Certs) -> None:
+    console = Console(setup.controller, "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    console.start()
+    try:
+        url = console.first_url
+        assert url.startswith(f"https://127.0.0.1:{console.port}/login?t="), url
+        with httpx.Client(verify=certs.client_context(), trust_env=False, follow_redirects=False) as client:
+            r = client.get(url)
+            assert r.status_code == 303 and r.headers["location"] == "/identities", r.text
+            cookie = r.headers["set-cookie"]
+            assert cookie.startswith("__Host-ils_console=") and "Secure" in cookie and "HttpOnly" in cookie, cookie
+            assert "SameSite=Strict" in cookie and "Path=/" in cookie and "Domain" not in cookie, cookie
+            page = client.get(f"https://127.0.0.1:{console.port}/identities")
+            assert page.status_code == 200 and 'id="identities"' in page.text
+            # Plain HTTP to the TLS port is not served.
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"http://127.0.0.1:{console.port}/identities", trust_env=False, timeout=5)
+    finally:
+        console.stop()
