@@ -62,9 +62,14 @@ final class LiveConnections: Sendable {
     /// Computes a grant and sends it on its service's control streams, under one lock, so two grants of a service
     /// computed one after the other from different threads reach every stream in that order (writes from one thread
     /// to a channel keep their order). Returns what `compute` returned.
-    func publishGrant<T>(compute: () -> (T, DialGrant)?) -> (T, DialGrant)? {
+    /// `beforePush` runs under the same lock, after `compute` and before the gateways are sent the grant.
+    func publishGrant<T>(
+        compute: () -> (T, DialGrant)?,
+        beforePush: (T, DialGrant) -> Void = { _, _ in }
+    ) -> (T, DialGrant)? {
         grantOrder.withLock {
             guard let (value, grant) = compute() else { return nil }
+            beforePush(value, grant)
             push(HostControlMessage(dialGrant: grant), service: grant.service)
             return (value, grant)
         }

@@ -70,17 +70,22 @@ struct PolicyEnforcement: Sendable {
     func enforce(named name: String) {
         let directory = controller.state.identities
         // Computed and sent under one lock, so grants reach each control stream in the order they were computed.
+        // The relay cuts first: a gateway that got the grant first would end the circuit itself, the relay would then
+        // find no session to cut, and the cut would go unaudited (seen under load in CI).
+        var cut: [ControllerAPI.Session] = []
         guard
-            let (service, grant) = live.publishGrant(
+            let (service, _) = live.publishGrant(
                 compute: {
                     directory.service(named: name).map { ($0, controller.dialGrant(for: $0)) }
+                },
+                beforePush: { service, grant in
+                    cut = relay.cut(service: service.name, keeping: Set(grant.identities))
                 }
             )
         else {
             remove(name)
             return
         }
-        let cut = relay.cut(service: service.name, keeping: Set(grant.identities))
         for session in cut {
             controller.state.auditQueue.append(
                 actor: "controller",
