@@ -336,14 +336,17 @@ struct HTTPModeDeviceTests {
 
     @Test("with the controller gone, the last policy holds for the grace, then every request gets 503")
     func controllerGone() async throws {
-        try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = .seconds(2) }) { fixture in
+        // The grace must outlast one request after the shutdown even under ASan with the suite in parallel (2 s did
+        // not, once): 4 s, scaled like every deadline a test sets on purpose.
+        let grace = TestTiming.scaled(TimeSpan.seconds(4))
+        try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = grace }) { fixture in
             let laptop = try await fixture.cluster.enroll("laptop", role: .device)
             await fixture.cluster.controller.shutdown()
             let during = try await fixture.connect(as: laptop)
             try await during.sendRequest("GET", "/health")
             #expect(try await during.readHead().status == 200)
             _ = try await during.readBody()
-            #expect(await TestCluster.eventually(.seconds(10)) { !fixture.server.isReady })
+            #expect(await TestCluster.eventually(TestTiming.scaled(.seconds(30))) { !fixture.server.isReady })
             let after = try await fixture.connect(as: laptop)
             try await after.sendRequest("GET", "/health")
             #expect(try await after.readHead().status == 503)
