@@ -367,6 +367,7 @@ let package = Package(
             name: "ILSConsoleTests",
             dependencies: [
                 "ILSCore",
+                "ILSAdmin",
                 "ILSConsole",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),

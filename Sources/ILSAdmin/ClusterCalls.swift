@@ -53,4 +53,46 @@ public enum ClusterCalls {
             return answers.sorted { $0.0 < $1.0 }.map(\.1)
         }
     }
+
+    /// Every controller's answer to `GET path`, split into those that answered and those that did not.
+    public struct Gathered<Value: Sendable>: Sendable {
+        public var answered: [(controller: ControllerAddress, value: Value)] = []
+        public var failed: [(controller: ControllerAddress, error: ILSError)] = []
+    }
+
+    /// `ask` of every controller of the cluster. When none answers it throws the first refusal, so an empty list
+    /// never stands for "nothing there" when it means "nobody answered"; a partial answer is the caller's to name
+    /// (`admin sessions` on stderr, the console on the page).
+    public static func gather<Value: Decodable & Sendable>(
+        _ client: ControllerClient,
+        _ path: String,
+        as type: Value.Type = Value.self
+    ) async throws(ILSError) -> Gathered<Value> {
+        var gathered = Gathered<Value>()
+        for answer in await ask(client, path, at: try await controllers(client), as: type) {
+            switch answer.result {
+            case .success(let value): gathered.answered.append((answer.controller, value))
+            case .failure(let error): gathered.failed.append((answer.controller, error))
+            }
+        }
+        if gathered.answered.isEmpty, let first = gathered.failed.first { throw first.error }
+        return gathered
+    }
+
+    /// One entry per service across the controllers' lists: the policies of the highest revision any controller
+    /// reported (a replica may not have heard of the latest change yet), with every controller's hosts.
+    public static func mergeServices(_ lists: [[ControllerAPI.ServiceInfo]]) -> [ControllerAPI.ServiceInfo] {
+        var byName: [String: ControllerAPI.ServiceInfo] = [:]
+        for service in lists.joined() {
+            guard var merged = byName[service.name] else {
+                byName[service.name] = service
+                continue
+            }
+            let hosts = merged.hosts + service.hosts
+            if service.revision > merged.revision { merged = service }
+            merged.hosts = hosts
+            byName[service.name] = merged
+        }
+        return byName.values.sorted { $0.name < $1.name }
+    }
 }

@@ -1,7 +1,6 @@
-import Foundation
-public import ILSAdmin
+import ILSAdmin
 public import ILSCore
-public import ILSIdentity
+import ILSIdentity
 import NIOHTTP1
 
 /// The controller's admin API as the console calls it, with the console's admin identity. Typed calls only, so the
@@ -50,10 +49,9 @@ public struct AdminCalls: Sendable {
 
     /// Every controller's answer to `path` (the sessions and the services' hosts live in each controller's memory).
     func everyController<Value: Decodable & Sendable>(_ path: String, as type: Value.Type) async throws(ILSError)
-        -> [ClusterCalls.Answer<Value>]
+        -> ClusterCalls.Gathered<Value>
     {
-        let controllers = try await ClusterCalls.controllers(client)
-        return await ClusterCalls.ask(client, path, at: controllers, as: type)
+        try await ClusterCalls.gather(client, path, as: type)
     }
 
     func createService(_ request: ControllerAPI.ServiceRequest) async throws(ILSError) {
@@ -87,11 +85,5 @@ public struct AdminCalls: Sendable {
 
     enum StateVerb: String, Sendable {
         case revoke, disable, enable
-    }
-
-    static func percentEncoded(_ value: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
     }
 }

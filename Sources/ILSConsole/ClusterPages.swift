@@ -33,25 +33,14 @@ extension ConsolePages {
     }
 
     /// Every controller's answer, and one sentence per controller that gave none.
-    private func gather<Value: Decodable & Sendable>(_ path: String, as type: [Value].Type) async throws(ILSError)
-        -> (values: [(Value, String)], partial: [String], controllers: Int)
+    private func gather<Value: Decodable & Sendable>(_ path: String, as type: Value.Type) async throws(ILSError)
+        -> (answered: [(controller: ControllerAddress, value: Value)], partial: [String], controllers: Int)
     {
-        let answers = try await calls.everyController(path, as: type)
-        var values: [(Value, String)] = []
-        var partial: [String] = []
-        for answer in answers {
-            switch answer.result {
-            case .success(let listed): values += listed.map { ($0, answer.controller.description) }
-            case .failure(let error):
-                partial.append(
-                    "Controller \(answer.controller) did not answer, so what it holds is not listed: \(error.reason)"
-                )
-            }
+        let gathered = try await calls.everyController(path, as: type)
+        let partial = gathered.failed.map { controller, error in
+            "Controller \(controller) did not answer, so what it holds is not listed: \(error.reason)"
         }
-        if partial.count == answers.count, !answers.isEmpty {
-            throw ILSError(.unavailable, "no controller answered: \(partial.first ?? "")")
-        }
-        return (values, partial, answers.count)
+        return (gathered.answered, partial, gathered.answered.count + gathered.failed.count)
     }
 
     private func sessionsPage(_ request: Request, _ context: ConsoleContext) async -> Response {
@@ -59,14 +48,15 @@ extension ConsolePages {
         var error: String?
         do throws(ILSError) {
             let gathered = try await gather("/v1/admin/sessions", as: [ControllerAPI.Session].self)
-            values["rows"] = gathered.values.map { session, controller -> [String: Any] in
+            let listed = gathered.answered.flatMap { controller, sessions in sessions.map { ($0, controller) } }
+            values["rows"] = listed.map { session, controller -> [String: Any] in
                 [
                     "device": session.device, "service": session.service, "gateway": session.gateway,
                     "started": Self.time(session.startedAt), "fromDevice": session.bytesFromDevice,
-                    "toDevice": session.bytesToDevice, "controller": session.controller ?? controller,
+                    "toDevice": session.bytesToDevice, "controller": session.controller ?? controller.description,
                 ]
             }
-            values["count"] = gathered.values.count
+            values["count"] = listed.count
             values["controllers"] = gathered.controllers
             values["partial"] = gathered.partial
         } catch let failure {
@@ -75,20 +65,10 @@ extension ConsolePages {
         return page("Sessions", "sessions", values, context: context, error: error, refresh: 5, request: request)
     }
 
-    /// Service definitions come from the first controller that answered; the hosting links are summed over all.
-    private func services() async throws(ILSError)
-        -> (services: [ControllerAPI.ServiceInfo], hosts: [String: [ControllerAPI.ServiceHost]], partial: [String])
-    {
+    /// Every service once (`ClusterCalls.mergeServices`: the newest policies, every controller's hosts).
+    private func services() async throws(ILSError) -> (services: [ControllerAPI.ServiceInfo], partial: [String]) {
         let gathered = try await gather("/v1/admin/services", as: [ControllerAPI.ServiceInfo].self)
-        var services: [String: ControllerAPI.ServiceInfo] = [:]
-        var hosts: [String: [ControllerAPI.ServiceHost]] = [:]
-        for (service, _) in gathered.values {
-            if services[service.name].map({ $0.revision < service.revision }) ?? true {
-                services[service.name] = service
-            }
-            hosts[service.name, default: []] += service.hosts
-        }
-        return (services.values.sorted { $0.name < $1.name }, hosts, gathered.partial)
+        return (ClusterCalls.mergeServices(gathered.answered.map(\.value)), gathered.partial)
     }
 
     func servicesPage(
@@ -104,7 +84,7 @@ extension ConsolePages {
             let listed = try await services()
             values["partial"] = listed.partial
             values["rows"] = listed.services.map { service -> [String: Any] in
-                let hosts = listed.hosts[service.name] ?? []
+                let hosts = service.hosts
                 let links = hosts.reduce(0) { $0 + $1.links }
                 return [
                     "name": service.name, "dial": service.dial.description, "bind": service.bind.description,
@@ -188,8 +168,10 @@ extension ConsolePages {
             values["partial"] = listed.partial
             values["rows"] = identities.map { gateway -> [String: Any] in
                 var hosting: [String: Int] = [:]
-                for (service, hosts) in listed.hosts {
-                    for host in hosts where host.gateway == gateway.name { hosting[service, default: 0] += host.links }
+                for service in listed.services {
+                    for host in service.hosts where host.gateway == gateway.name {
+                        hosting[service.name, default: 0] += host.links
+                    }
                 }
                 let links = hosting.values.reduce(0, +)
                 return [

@@ -28,6 +28,12 @@ public struct ConsoleConfiguration: Sendable {
 
     public var usesTLS: Bool { tlsCertificatePath != nil }
 
+    /// `http` or `https`.
+    public var scheme: String { usesTLS ? "https" : "http" }
+
+    /// The session cookie's name: `__Host-` under TLS (the browser then insists on Secure, Path=/ and no Domain).
+    public var cookieName: String { usesTLS ? "__Host-ils_console" : "ils_console" }
+
     /// Refuses what must not run: half a TLS pair, a bad allowed host, and a non-loopback address without TLS.
     public func validate() throws(ILSError) {
         guard (tlsCertificatePath == nil) == (tlsKeyPath == nil) else {
@@ -66,7 +72,7 @@ public struct ConsoleConfiguration: Sendable {
 
     /// 0.0.0.0 and ::, which browsers never send as a Host.
     public static func isWildcard(_ host: String) -> Bool {
-        ["0.0.0.0", "::", "[::]"].contains(host)
+        ["0.0.0.0", "::"].contains(bare(host))
     }
 
     /// The host a login link names: the listen address, or for a wildcard the first allowed host.
@@ -75,10 +81,16 @@ public struct ConsoleConfiguration: Sendable {
         return host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
     }
 
+    /// `host` lowercased and without the brackets of an IPv6 literal.
+    static func bare(_ host: String) -> String {
+        let lowered = host.lowercased()
+        return lowered.hasPrefix("[") && lowered.hasSuffix("]") ? String(lowered.dropFirst().dropLast()) : lowered
+    }
+
     /// 127.0.0.0/8, ::1 and localhost.
     public static func isLoopback(_ host: String) -> Bool {
-        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        if bare.lowercased() == "localhost" || bare == "::1" { return true }
+        let bare = bare(host)
+        if bare == "localhost" || bare == "::1" { return true }
         let parts = bare.split(separator: ".", omittingEmptySubsequences: false)
         return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
     }

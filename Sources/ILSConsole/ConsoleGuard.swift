@@ -1,17 +1,18 @@
 import HTTPTypes
-public import Hummingbird
+import Hummingbird
 import ILSCore
 import Logging
 
 /// What every request passes before a page sees it, in this order:
-/// 1. `Host` must be a loopback name, or one of the allowed hosts: anything else is 421, which defeats DNS rebinding
-///    (a hostile page whose name resolves to 127.0.0.1 still sends its own name as Host).
+/// 1. `Host` must be a loopback name, the listen address, or one of the allowed hosts: anything else is 421, which
+///    defeats DNS rebinding (a hostile page whose name resolves to 127.0.0.1 still sends its own name as Host).
 /// 2. The public paths (sign-in, signed-out, static files) pass; every other needs a live session cookie. A GET
 ///    without one is sent to /signed-out (no secret in that URL); anything else is 403.
 /// 3. Every request that is not GET or HEAD must carry the session's CSRF token in its `csrf` form field, and, when the
 ///    browser sends them, an `Origin` equal to this console's and `Sec-Fetch-Site: same-origin`. Otherwise 403 and a
 ///    log line. GET handlers never change anything.
-/// Every answer gets the security headers (a strict Content-Security-Policy, no caching, no referrer).
+/// Every answer gets the security headers (a strict Content-Security-Policy, no caching, no framing, referrers only to
+/// this origin).
 struct ConsoleGuard: RouterMiddleware {
     typealias Context = ConsoleContext
 
@@ -19,8 +20,6 @@ struct ConsoleGuard: RouterMiddleware {
     let configuration: ConsoleConfiguration
     let logger: Logger
 
-    static let cookieName = "ils_console"
-    static let secureCookieName = "__Host-ils_console"
     static let publicPaths: Set<String> = ["/login", "/signed-out", "/static/console.css", "/static/console.js"]
 
     func handle(
@@ -59,7 +58,8 @@ struct ConsoleGuard: RouterMiddleware {
         }
         // A page's own refresh (console.js adds auto=1) is not activity: it does not extend the idle timeout.
         let automatic = request.method == .get && request.uri.queryParameters["auto"] == "1"
-        guard let id = request.cookies[cookieName]?.value, let session = sessions.session(id: id, touch: !automatic)
+        guard let id = request.cookies[configuration.cookieName]?.value,
+            let session = sessions.session(id: id, touch: !automatic)
         else {
             if request.method == .get || request.method == .head {
                 return Response(status: .seeOther, headers: [.location: "/signed-out"])
@@ -108,8 +108,6 @@ struct ConsoleGuard: RouterMiddleware {
         return body
     }
 
-    var cookieName: String { configuration.usesTLS ? Self.secureCookieName : Self.cookieName }
-
     private func refuse(_ request: Request, _ why: String) -> Response {
         logger.warning("console change refused: \(why)", metadata: ["path": "\(request.uri.path.prefix(100))"])
         return ConsolePages.plain(.forbidden, "This change was refused: \(why). Reload the page and try again.")
@@ -117,10 +115,11 @@ struct ConsoleGuard: RouterMiddleware {
 
     /// `scheme://Host` as the browser addressed this console.
     private func origin(of request: Request) -> String {
-        (configuration.usesTLS ? "https://" : "http://") + (request.head.authority ?? "")
+        "\(configuration.scheme)://\(request.head.authority ?? "")"
     }
 
-    /// Loopback at any port, or an allowed host with or without a port.
+    /// Loopback at any port, the listen address (unless it is a wildcard), or an allowed host with or without a
+    /// port.
     func isAllowed(host authority: String?) -> Bool {
         guard let authority, !authority.isEmpty else { return false }
         let host: String
@@ -130,14 +129,12 @@ struct ConsoleGuard: RouterMiddleware {
         } else {
             host = String(authority.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0])
         }
-        let lowered = host.lowercased()
-        let listening = configuration.host.lowercased()
-        let bareListening = listening.hasPrefix("[") ? String(listening.dropFirst().dropLast()) : listening
-        let bareHost = lowered.hasPrefix("[") ? String(lowered.dropFirst().dropLast()) : lowered
-        return ConsoleConfiguration.isLoopback(lowered)
-            || (!ConsoleConfiguration.isWildcard(listening) && bareHost == bareListening)
+        let bare = ConsoleConfiguration.bare(host)
+        return ConsoleConfiguration.isLoopback(bare)
+            || (!ConsoleConfiguration.isWildcard(configuration.host)
+                && bare == ConsoleConfiguration.bare(configuration.host))
             || configuration.allowedHosts.contains {
-                $0.lowercased() == lowered || $0.lowercased() == authority.lowercased()
+                ConsoleConfiguration.bare($0) == bare || $0.lowercased() == authority.lowercased()
             }
     }
 

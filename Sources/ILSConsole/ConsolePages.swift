@@ -1,6 +1,6 @@
 import Foundation
 import HTTPTypes
-public import Hummingbird
+import Hummingbird
 import ILSCore
 import ILSQRCode
 import Logging
@@ -81,17 +81,7 @@ struct ConsolePages: Sendable {
     private func signOut(_ request: Request, _ context: ConsoleContext) -> Response {
         if let session = context.session { sessions.signOut(id: session.id) }
         var response = Response(status: .seeOther, headers: [.location: "/signed-out"])
-        response.setCookie(
-            Cookie(
-                name: cookieName,
-                value: "",
-                maxAge: 0,
-                path: "/",
-                secure: configuration.usesTLS,
-                httpOnly: true,
-                sameSite: .strict
-            )
-        )
+        response.setCookie(sessionCookie("", maxAge: 0))
         return response
     }
 
@@ -99,7 +89,7 @@ struct ConsolePages: Sendable {
     private func loginLink(_ request: Request, _ context: ConsoleContext) -> Response {
         let path = "/login?t=" + sessions.mintLogin()
         let authority = request.head.authority ?? "\(configuration.host):\(configuration.port)"
-        let link = (configuration.usesTLS ? "https://" : "http://") + authority + path
+        let link = "\(configuration.scheme)://\(authority)\(path)"
         var values: [String: Any] = ["link": link, "path": path]
         if let png = try? QRMatrix.encode(link, level: .medium).png(scale: 6) {
             values["png"] = Data(png).base64EncodedString()
@@ -108,14 +98,13 @@ struct ConsolePages: Sendable {
         return page("Sign in another device", "login-link", values, context: context)
     }
 
-    var cookieName: String { configuration.usesTLS ? ConsoleGuard.secureCookieName : ConsoleGuard.cookieName }
-
     /// HttpOnly and SameSite=Strict always; Secure (and the `__Host-` name) under TLS. A session cookie: it ends when
-    /// the browser does, and the console forgets it sooner (idle or absolute timeout).
-    private func sessionCookie(_ value: String) -> Cookie {
+    /// the browser does, and the console forgets it sooner (idle or absolute timeout). `maxAge: 0` deletes it.
+    private func sessionCookie(_ value: String, maxAge: Int? = nil) -> Cookie {
         Cookie(
-            name: cookieName,
+            name: configuration.cookieName,
             value: value,
+            maxAge: maxAge,
             path: "/",
             secure: configuration.usesTLS,
             httpOnly: true,

@@ -52,7 +52,7 @@ public struct ConsoleServer: Sendable {
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? configuration.port
                 let host = configuration.linkHost
-                let scheme = configuration.usesTLS ? "https" : "http"
+                let scheme = configuration.scheme
                 logger.notice("console listening", metadata: ["address": "\(scheme)://\(host):\(port)"])
                 announce("\(scheme)://\(host):\(port)/login?t=\(sessions.mintLogin())")
             },

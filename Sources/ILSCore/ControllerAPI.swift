@@ -250,15 +250,16 @@ public enum ControllerAPI {
                         UInt8(ascii: "~"):
                         query.unicodeScalars.append(Unicode.Scalar(byte))
                     default:
-                        let digits = Array("0123456789ABCDEF".unicodeScalars)
                         query.unicodeScalars.append("%")
-                        query.unicodeScalars.append(digits[Int(byte >> 4)])
-                        query.unicodeScalars.append(digits[Int(byte & 0xF)])
+                        query.unicodeScalars.append(Self.hexDigits[Int(byte >> 4)])
+                        query.unicodeScalars.append(Self.hexDigits[Int(byte & 0xF)])
                     }
                 }
             }
             return query
         }
+
+        private static let hexDigits = Array("0123456789ABCDEF".unicodeScalars)
 
         /// The filter a query string names; `.invalidArgument` for an empty, over-long or control-character value.
         public init(query: [String: String]) throws(ILSError) {

@@ -140,31 +140,17 @@ struct SessionsCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = try identityOption.client(parent: admin)
-        let controllers = try await ClusterCalls.controllers(client)
-        let answers = await ClusterCalls.ask(
-            client,
-            "/v1/admin/sessions",
-            at: controllers,
-            as: [ControllerAPI.Session].self
-        )
-        var sessions: [ControllerAPI.Session] = []
-        var failures: [ILSError] = []
-        for answer in answers {
-            switch answer.result {
-            case .success(let listed):
-                sessions += listed.map { session in
-                    var session = session
-                    session.controller = session.controller ?? answer.controller.description
-                    return session
-                }
-            case .failure(let error):
-                failures.append(error)
-                sayToStandardError(
-                    "controller \(answer.controller) did not answer, its sessions are not listed: \(error.reason)"
-                )
+        let gathered = try await ClusterCalls.gather(client, "/v1/admin/sessions", as: [ControllerAPI.Session].self)
+        for (controller, error) in gathered.failed {
+            sayToStandardError("controller \(controller) did not answer, its sessions are not listed: \(error.reason)")
+        }
+        let sessions = gathered.answered.flatMap { controller, listed in
+            listed.map { session in
+                var session = session
+                session.controller = session.controller ?? controller.description
+                return session
             }
         }
-        if failures.count == answers.count, let first = failures.first { throw first }
         if json {
             try printJSON(sessions)
         } else {
@@ -180,7 +166,7 @@ struct SessionsCommand: AsyncParsableCommand {
                 )
             }
         }
-        if let first = failures.first { throw ExitCode(first.code.exitCode) }
+        if let first = gathered.failed.first { throw ExitCode(first.error.code.exitCode) }
     }
 }
 

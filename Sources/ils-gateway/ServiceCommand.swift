@@ -128,7 +128,7 @@ struct ServiceCommand: AsyncParsableCommand {
                 "/v1/admin/services",
                 as: [ControllerAPI.ServiceInfo].self
             )
-            let merged = Self.merge(services)
+            let merged = ClusterCalls.mergeServices(services)
             if json {
                 try printJSON(merged)
             } else {
@@ -150,32 +150,11 @@ struct ServiceCommand: AsyncParsableCommand {
             _ path: String,
             as type: Value.Type
         ) async throws -> ([Value], partial: Bool) {
-            let answers = await ClusterCalls.ask(client, path, at: try await ClusterCalls.controllers(client), as: type)
-            var values: [Value] = []
-            var failures: [ILSError] = []
-            for answer in answers {
-                switch answer.result {
-                case .success(let value): values.append(value)
-                case .failure(let error):
-                    failures.append(error)
-                    sayToStandardError("controller \(answer.controller) did not answer: \(error.reason)")
-                }
+            let gathered = try await ClusterCalls.gather(client, path, as: type)
+            for (controller, error) in gathered.failed {
+                sayToStandardError("controller \(controller) did not answer: \(error.reason)")
             }
-            if failures.count == answers.count, let first = failures.first { throw first }
-            return (values, !failures.isEmpty)
-        }
-
-        /// One entry per service (the first answer's policies), with the hosts every controller reported.
-        static func merge(_ answers: [[ControllerAPI.ServiceInfo]]) -> [ControllerAPI.ServiceInfo] {
-            var byName: [String: ControllerAPI.ServiceInfo] = [:]
-            for service in answers.joined() {
-                if byName[service.name] == nil {
-                    byName[service.name] = service
-                } else {
-                    byName[service.name]?.hosts += service.hosts
-                }
-            }
-            return byName.values.sorted { $0.name < $1.name }
+            return (gathered.answered.map(\.value), !gathered.failed.isEmpty)
         }
     }
 

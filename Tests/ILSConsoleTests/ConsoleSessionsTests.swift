@@ -28,7 +28,9 @@ struct ConsoleSessionsTests {
     @Test func anUnknownOrAlteredSecretOpensNothing() {
         let sessions = make(Clock())
         let secret = sessions.mintLogin()
-        #expect(sessions.signIn(with: String(secret.dropLast()) + "A") == .failure(.unknown))
+        // One character changed (never to itself: a secret ending in "A" gets "B").
+        let altered = String(secret.dropLast()) + (secret.hasSuffix("A") ? "B" : "A")
+        #expect(sessions.signIn(with: altered) == .failure(.unknown))
         #expect(sessions.signIn(with: "") == .failure(.unknown))
         #expect(sessions.sessionCount == 0)
     }

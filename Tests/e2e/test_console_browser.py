@@ -199,7 +199,8 @@ def test_forged_changes_are_refused_and_change_nothing(setup: Setup) -> None:
     target = f"{base}/identities/victim/revoke"
     with httpx.Client(trust_env=False, cookies={"ils_console": cookie}, follow_redirects=False) as client:
         assert client.post(target, data={}).status_code == 403  # no CSRF token
-        assert client.post(target, data={"csrf": token[:-1] + "A"}).status_code == 403  # a wrong one
+        wrong = token[:-1] + ("B" if token.endswith("A") else "A")
+        assert client.post(target, data={"csrf": wrong}).status_code == 403  # a wrong one
         assert client.post(target, data={"csrf": token}, headers={"Origin": "http://evil.example"}).status_code == 403
         assert client.post(target, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
         assert client.post(target, data={"csrf": token}, headers={"Host": "evil.example"}).status_code == 421
@@ -288,6 +289,40 @@ def test_service_policy_edit_cuts_a_live_stream(setup: Setup) -> None:
     assert health == "down: no gateway hosts it"
     listed = json.loads(controller.cli("admin", "service", "show", "console-made", "--json").stdout)
     assert listed["dial"] == {"semantic": "anyOf", "tokens": ["#ipad", "role:admin"]}
+
+
+def test_refused_forms_write_nothing(setup: Setup) -> None:
+    """Input the console or the controller refuses: 400 with its sentence, and no identity, service or audit row."""
+    desktop, controller, base = setup.desktop, setup.controller, setup.console.base
+    desktop.driver.get(base + "/identities")
+    token, cookie = csrf(desktop), session_cookie(desktop)
+
+    def snapshot() -> tuple:
+        identities = controller.cli("admin", "identity", "list", "--json")
+        services = controller.cli("admin", "service", "list", "--json")
+        audit = controller.cli("admin", "audit", "--json")
+        assert identities.returncode == services.returncode == audit.returncode == 0
+        return identities.stdout, services.stdout, len(json.loads(audit.stdout))
+
+    before = snapshot()
+    refused = [
+        ("/identities", {"name": "bad name", "role": "device"}, "letters, digits"),
+        ("/identities", {"name": "esc\x1b[2J", "role": "device"}, "letters, digits"),
+        ("/identities", {"name": "no-role", "role": "root"}, "device, gateway or admin"),
+        ("/identities", {"name": "no-expiry", "role": "device", "expires": "0"}, "at least 1s"),
+        ("/identities", {"name": "bad-attr", "role": "device", "attributes": "all"}, "all"),
+        ("/services", {"name": "svc-x", "dial": "role:root"}, "role"),
+        ("/services", {"name": "svc-y", "dialSemantic": "noneOf"}, "anyOf or allOf"),
+        ("/services/claude-api", {"dial": "#all"}, "no revision"),
+    ]
+    with httpx.Client(trust_env=False, cookies={"ils_console": cookie}, follow_redirects=False) as client:
+        for path, form, sentence in refused:
+            r = client.post(base + path, data={"csrf": token, **form})
+            assert r.status_code == 400, (path, form, r.status_code)
+            banner = r.text.split('id="error"', 1)[1].split("</p>", 1)[0]
+            assert sentence in banner, (form, banner)
+            assert "\x1b" not in r.text
+    assert snapshot() == before
 
 
 PAGES = ["identities", "sessions", "services", "gateways", "audit"]
