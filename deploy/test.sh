@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; CI runs exactly this):
-# format lint, build, the Swift test suite, then the end-to-end tests against the real binary and the sample backend.
+# format lint, the private-API check, build, the Swift test suite, then the end-to-end tests against the real binary
+# and the sample backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,9 @@ cd "$(dirname "$0")/.."
 
 echo "== swift format lint" >&2
 swift format lint --strict --recursive Sources Tests Package.swift
+
+echo "== swift-crypto's internals only in the documented exception" >&2
+./deploy/check-private-api.sh
 
 echo "== swift build" >&2
 swift build --build-tests

@@ -6,10 +6,14 @@
 public struct BackendURL: Hashable, Sendable, CustomStringConvertible {
     public let host: String
     public let port: Int
+    /// `HOST:PORT` as it appears in a `Host` header (RFC 9110 §7.2). Stored, not computed: HTTP mode sends it as the
+    /// `Host` of every HTTP/1.0 request that has none, and building it per request was one allocation each.
+    public let authority: String
 
     public init(host: String, port: Int) {
         self.host = host
         self.port = port
+        self.authority = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
     public init(parsing text: String) throws(ILSError) {
@@ -41,11 +45,6 @@ public struct BackendURL: Hashable, Sendable, CustomStringConvertible {
 
     /// The default backend: the FastAPI Claude Code backend on its usual port.
     public static let defaultBackend = BackendURL(host: "127.0.0.1", port: 8000)
-
-    /// `HOST:PORT` as it appears in a `Host` header (RFC 9110 §7.2).
-    public var authority: String {
-        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-    }
 
     public var description: String { "http://\(authority)" }
 }

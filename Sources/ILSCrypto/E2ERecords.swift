@@ -1,12 +1,6 @@
-import Crypto
+package import Crypto
 import Foundation
 public import ILSCore
-
-#if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
-// swift-crypto's BoringSSL (its backend wherever CryptoKit is absent): its AEAD API seals and opens in place, which
-// the Swift API cannot (see `AESGCMRecords`).
-import CCryptoBoringSSL
-#endif
 
 /// How an end-to-end circuit's records are protected, agreed in the handshake (docs/protocol.md, "Records").
 ///
@@ -298,100 +292,9 @@ package struct AESGCMRecords {
     }
 }
 
-#if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
-extension AESGCMRecords {
-    /// Runs `body` with an AES-256-GCM context for `key` on the stack, wiped afterwards. Setting one up costs far less
-    /// than sealing a record, and keeping one per direction would add 1.1 KiB to every open stream.
-    private static func withContext<T>(_ key: SymmetricKey, _ body: (UnsafePointer<EVP_AEAD_CTX>) -> T) -> T {
-        withUnsafeTemporaryAllocation(of: EVP_AEAD_CTX.self, capacity: 1) { context in
-            let ready = key.withUnsafeBytes { key in
-                CCryptoBoringSSL_EVP_AEAD_CTX_init(
-                    context.baseAddress,
-                    CCryptoBoringSSL_EVP_aead_aes_256_gcm(),
-                    key.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                    key.count,
-                    16,
-                    nil
-                )
-            }
-            // Only a key of the wrong length fails, and the key is always 32 bytes.
-            precondition(ready == 1, "AES-256-GCM context setup failed")
-            defer {
-                CCryptoBoringSSL_EVP_AEAD_CTX_cleanup(context.baseAddress)
-                CCryptoBoringSSL_OPENSSL_cleanse(context.baseAddress, MemoryLayout<EVP_AEAD_CTX>.size)
-            }
-            return body(context.baseAddress!)
-        }
-    }
-
-    /// Encrypts straight into the record: no intermediate buffers.
-    static func sealInPlace(
-        _ plaintext: UnsafeRawBufferPointer,
-        flags: UInt8,
-        key: SymmetricKey,
-        nonce: UnsafeRawBufferPointer,
-        ciphertext: UnsafeMutableRawBufferPointer,
-        tag: UnsafeMutableRawBufferPointer
-    ) {
-        var flags = flags
-        var empty: UInt8 = 0
-        let sealed = withContext(key) { context in
-            withUnsafeMutablePointer(to: &empty) { empty in
-                var tagLength = 0
-                let result = CCryptoBoringSSL_EVP_AEAD_CTX_seal_scatter(
-                    context,
-                    ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty,
-                    tag.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    &tagLength,
-                    tag.count,
-                    nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    nonce.count,
-                    plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(empty),
-                    plaintext.count,
-                    nil,
-                    0,
-                    &flags,
-                    1
-                )
-                return result == 1 && tagLength == tag.count
-            }
-        }
-        precondition(sealed, "AES-256-GCM seal failed")
-    }
-
-    /// Checks the tag and decrypts straight into `output`; `false` if the record is not authentic.
-    static func openInPlace(
-        _ ciphertext: UnsafeRawBufferPointer,
-        tag: UnsafeRawBufferPointer,
-        flags: UnsafeRawBufferPointer,
-        key: SymmetricKey,
-        nonce: UnsafeRawBufferPointer,
-        into output: UnsafeMutableRawBufferPointer
-    ) -> Bool {
-        var empty: UInt8 = 0
-        return withContext(key) { context in
-            withUnsafeMutablePointer(to: &empty) { empty in
-                CCryptoBoringSSL_EVP_AEAD_CTX_open_gather(
-                    context,
-                    output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty,
-                    nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    nonce.count,
-                    ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(empty),
-                    ciphertext.count,
-                    tag.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    tag.count,
-                    flags.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    flags.count
-                ) == 1
-            }
-        }
-    }
-}
-#endif
-
 extension AESGCMRecords {
     /// Swift-crypto's Swift API, which is CryptoKit's on Apple systems: the sealed box is copied into the record.
-    static func sealWithSwiftAPI(
+    package static func sealWithSwiftAPI(
         _ plaintext: UnsafeRawBufferPointer,
         flags: UInt8,
         key: SymmetricKey,
@@ -409,7 +312,7 @@ extension AESGCMRecords {
     }
 
     /// The Swift API's open, with the same copy out.
-    static func openWithSwiftAPI(
+    package static func openWithSwiftAPI(
         _ ciphertext: UnsafeRawBufferPointer,
         tag: UnsafeRawBufferPointer,
         flags: UnsafeRawBufferPointer,

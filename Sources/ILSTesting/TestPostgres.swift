@@ -169,6 +169,10 @@ public final class TestPostgres: Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else of this process: `pg_ctl start` leaves a server running, and a server that inherited a test's
+        // listening socket kept it listening after the test closed it, so a controller restarted on its port got
+        // EADDRINUSE (`AdminAPITests.restartKeepsIdentities`, run beside the PostgreSQL store tests).
+        Self.closeInheritedDescriptors(&actions)
         let cArguments = argv.map { strdup($0) } + [nil]
         defer { for argument in cArguments { free(argument) } }
         var pid: pid_t = 0
@@ -186,6 +190,22 @@ public final class TestPostgres: Sendable {
             )
         }
         return (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+    }
+
+    /// Adds "close every descriptor from 3 up" to `actions`: glibc's `posix_spawn_file_actions_addclosefrom_np`
+    /// (2.34 and later; Swift's Glibc module does not export it, so it is looked up), or else marks every open
+    /// descriptor close-on-exec.
+    private static func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+        typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np"),
+            unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3) == 0
+        {
+            return
+        }
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
+            _ = fcntl(descriptor, F_SETFD, fcntl(descriptor, F_GETFD) | FD_CLOEXEC)
+        }
     }
 
     public struct Failure: Error, CustomStringConvertible {

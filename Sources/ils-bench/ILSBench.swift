@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import NIOPosix
 
 /// The peer of the benchmark harness (deploy/bench/run.py): a backend that is never the bottleneck, and the load
 /// clients that wrk and curl don't cover.
@@ -8,7 +9,7 @@ struct ILSBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ils-bench",
         abstract: "Benchmark backend and load clients for deploy/bench/run.py.",
-        subcommands: [Backend.self, SSE.self, Relay.self, Handshake.self]
+        subcommands: [Backend.self, SSE.self, Relay.self, Handshake.self, AEAD.self, Load.self]
     )
 
     struct Backend: ParsableCommand {
@@ -47,6 +48,86 @@ struct ILSBench: ParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try encoder.encode(try HandshakeBench.run(seconds: seconds)), as: UTF8.self))
+        }
+    }
+
+    struct Load: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Load a path as the app does (ILSClient in process) or over TCP; prints JSON.",
+            discussion: """
+                TARGET is tcp:PORT (any path on 127.0.0.1) or overlay:IDENTITY-FILE:SERVICE (dialled through \
+                ILSClient's OverlayDialer, in this process, as an app dials: no tunnel).
+                Examples:
+                  ils-bench load overlay:identities/bench-app.json:claude-api --mode latency
+                  ils-bench load tcp:9000 --mode rps --connections 32 --seconds 8
+                  ils-bench load overlay:identities/bench-app.json:claude-api --mode download --size-mib 512
+                """
+        )
+        @Argument(help: "tcp:PORT or overlay:IDENTITY-FILE:SERVICE.") var target: String
+        @Option(help: "latency, rps, download or upload.") var mode: String = "latency"
+        @Option(help: "Request path for latency and rps.") var path = "/small"
+        @Option(help: "Timed requests (latency).") var count = 3000
+        @Option(help: "Untimed requests first (latency).") var warmup = 200
+        @Option(help: "Milliseconds between requests (latency).") var gapMs = 0.5
+        @Option(help: "Connections (circuits) at once (rps).") var connections = 32
+        @Option(help: "Seconds to run (rps).") var seconds = 8.0
+        @Option(help: "MiB to move (download, upload).") var sizeMib = 512
+        @Flag(help: "A new connection (circuit) per request, as URLSession through OverlayClient does.")
+        var connectionPerRequest = false
+
+        func validate() throws {
+            guard LoadClient.Mode(rawValue: mode) != nil else {
+                throw ValidationError(
+                    "--mode is one of \(LoadClient.Mode.allCases.map(\.rawValue).joined(separator: ", "))"
+                )
+            }
+            guard count > 0, warmup >= 0, gapMs >= 0, connections > 0, connections <= 1024, seconds > 0, seconds <= 600,
+                sizeMib > 0, sizeMib <= 65536, path.hasPrefix("/")
+            else { throw ValidationError("a count, time or size is out of range, or --path does not start with /") }
+        }
+
+        func run() throws {
+            let group = MultiThreadedEventLoopGroup.singleton
+            var options = LoadClient.Options()
+            options.path = path
+            options.count = count
+            options.warmup = warmup
+            options.gap = .nanoseconds(Int64(gapMs * 1e6))
+            options.connections = connections
+            options.seconds = seconds
+            options.bytes = sizeMib << 20
+            options.connectionPerRequest = connectionPerRequest
+            let result = try LoadClient.run(
+                target: try LoadClient.Target.parse(target, group: group),
+                mode: LoadClient.Mode(rawValue: mode)!,
+                options: options,
+                group: group
+            )
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(result), as: UTF8.self))
+        }
+    }
+
+    struct AEAD: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "aead",
+            abstract: "Time the end-to-end records' AES-256-GCM, in place and through swift-crypto's API; prints JSON.",
+            discussion: "Example: ils-bench aead --seconds 1 --rounds 3 --sizes 1024,16384,65536"
+        )
+        @Option(help: "Seconds per measurement.") var seconds = 1.0
+        @Option(help: "Measurements per implementation and size; the best counts.") var rounds = 3
+        @Option(help: "Record sizes in bytes, comma-separated.") var sizes = "1024,16384,65536"
+
+        func run() throws {
+            let sizes = self.sizes.split(separator: ",").compactMap { Int($0) }
+            guard !sizes.isEmpty, sizes.allSatisfy({ $0 > 0 && $0 <= 65536 }) else {
+                throw ValidationError("--sizes takes byte counts from 1 to 65536, comma-separated")
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            let results = AEADBench.run(seconds: seconds, sizes: sizes, rounds: rounds)
+            print(String(decoding: try encoder.encode(results), as: UTF8.self))
         }
     }
 
