@@ -18,7 +18,7 @@ public struct ConfigSchema: Sendable {
 extension ConfigKey {
     public static let logLevel = ConfigKey("log-level")
     public static let logFormat = ConfigKey("log-format")
-    public static let metrics = ConfigKey("metrics")
+    public static let metrics = ConfigKey("metrics", environment: "ILS_METRICS")
     public static let metricsAllowRemote = ConfigKey("metrics-allow-remote", .boolean)
     public static let identity = ConfigKey("identity", environment: "ILS_IDENTITY")
     public static let service = ConfigKey("service", environment: "ILS_SERVICE")

@@ -71,7 +71,9 @@ func runUntilSignalled(_ services: any Service..., logger: Logger) async throws 
 
 /// `--metrics` and `--metrics-allow-remote`, shared by every long-running command.
 struct MetricsOptions: ParsableArguments {
-    @Option(help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default).")
+    @Option(
+        help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default). Env: ILS_METRICS."
+    )
     var metrics: String?
 
     @Flag(inversion: .prefixedNo, help: "Allow a non-loopback --metrics address. Default: off.")

@@ -8,6 +8,7 @@ their interpolation is done here, the way compose does it (`${VAR:-default}`, `$
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, ManagedProcess, cli_env, free_port
 
 DEPLOY = REPO_ROOT / "deploy"
 CLUSTER = DEPLOY / "cluster"
@@ -304,3 +305,40 @@ def test_bounded_runner_stops_a_hang_with_its_whole_session_and_passes_exit_code
     assert "hang: still running after 2s" in hang.stderr
     leftovers = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
     assert leftovers.stdout == "", f"processes left behind: {leftovers.stdout}"
+
+
+def dockerfile_healthcheck() -> tuple[list[str], str]:
+    """The image's HEALTHCHECK command (exec form) and the ILS_METRICS address the image sets."""
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    check = re.search(r"^HEALTHCHECK\b.*?\bCMD\s+(\[.*\])\s*$", text, re.MULTILINE)
+    metrics = re.search(r"^ENV ILS_METRICS=(\S+)\s*$", text, re.MULTILINE)
+    assert check and metrics, "the Dockerfile has no HEALTHCHECK or no ENV ILS_METRICS"
+    return json.loads(check.group(1)), metrics.group(1)
+
+
+def test_dockerfile_healthcheck_probes_healthz_on_the_address_the_image_sets() -> None:
+    command, metrics = dockerfile_healthcheck()
+    assert metrics == "127.0.0.1:9464"
+    assert command[:2] == ["bash", "-c"]
+    assert "/dev/tcp/127.0.0.1/9464" in command[2] and "GET /healthz" in command[2]
+
+
+def test_dockerfile_healthcheck_passes_on_a_running_role_and_fails_once_it_stops(
+    ils_bin: Path, tmp_path: Path
+) -> None:
+    """The image's own check command, run against the real binary: a role given only ILS_METRICS (no --metrics) is
+    healthy, and the same check fails once it has stopped."""
+    command, _ = dockerfile_healthcheck()
+    port = free_port()
+    probe = [*command[:2], command[2].replace("/9464", f"/{port}")]
+    env = {**cli_env(), "ILS_METRICS": f"127.0.0.1:{port}"}
+    args = [str(ils_bin), "serve", "--mode", "http", "--plain-http", "--listen", f"127.0.0.1:{free_port()}",
+            "--backend", f"http://127.0.0.1:{free_port()}"]
+    gateway = ManagedProcess("gateway-health", args, tmp_path, env=env)
+    gateway.start()
+    try:
+        gateway.wait_for_port(port)
+        assert subprocess.run(probe, timeout=10).returncode == 0, gateway.logs()
+    finally:
+        gateway.stop()
+    assert subprocess.run(probe, timeout=10).returncode != 0
