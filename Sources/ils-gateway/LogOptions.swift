@@ -72,7 +72,10 @@ func runUntilSignalled(_ services: any Service..., logger: Logger) async throws 
 /// `--metrics` and `--metrics-allow-remote`, shared by every long-running command.
 struct MetricsOptions: ParsableArguments {
     @Option(
-        help: "Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default). Env: ILS_METRICS."
+        help: """
+            Serve Prometheus metrics, /healthz and /readyz on HOST:PORT (loopback only by default). \
+            Env: ILS_METRICS.
+            """
     )
     var metrics: String?
 

@@ -1,18 +1,44 @@
-"""Renders docs/benchmarks.md from the figures of one run of deploy/bench/run.py."""
+"""Renders docs/benchmarks.md from the figures of one run of deploy/bench/run.py.
+
+Run alone, it renders the page again from the JSON file without measuring anything:
+`python3 deploy/bench/report.py [benchmarks.json [benchmarks.md]]` (default docs/), e.g. once
+docs/benchmarks-before-issue27.json is there."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+from pathlib import Path
 
-ORDER = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "ils-https", "nginx-https"]
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+# A run of the harness on the build before issue 27's changes, kept so that every later run shows what they changed.
+BEFORE = DOCS / "benchmarks-before-issue27.json"
+
+ORDER = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "haproxy-http", "ils-https", "nginx-https",
+         "haproxy-https"]
 LABEL = {
     "direct": "direct to the backend",
     "overlay": "ils overlay (tunnel → controller → dark gateway)",
     "ssh -R": "`ssh -R` through a local sshd",
     "ils-http": "ils HTTP mode, plain",
     "nginx-http": "nginx reverse proxy, plain",
+    "haproxy-http": "HAProxy reverse proxy, plain",
     "ils-https": "ils HTTP mode, TLS",
     "nginx-https": "nginx reverse proxy, TLS",
+    "haproxy-https": "HAProxy reverse proxy, TLS",
+}
+# The processes whose CPU counts as a path's own (the backend's is shown apart; the client's is not counted).
+PROCESSES = {
+    "direct": "none (the backend alone)",
+    "overlay": "tunnel, controller, gateway",
+    "ssh -R": "sshd (and its session processes), ssh",
+    "ils-http": "`serve --mode http`",
+    "nginx-http": "master and workers",
+    "haproxy-http": "haproxy",
+    "ils-https": "`serve --mode http`",
+    "nginx-https": "master and workers",
+    "haproxy-https": "haproxy",
 }
 
 
@@ -29,7 +55,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def get(results: dict, path: str, *keys: str) -> float | None:
-    node = results["paths"].get(path, {})
+    node = results.get("paths", {}).get(path, {})
     for key in keys:
         if not isinstance(node, dict) or key not in node:
             return None
@@ -41,7 +67,42 @@ def verdict(ok: bool | None) -> str:
     return "–" if ok is None else ("**met**" if ok else "**not met**")
 
 
-def render(results: dict) -> str:
+def load_before(path: Path = BEFORE) -> dict | None:
+    """The before-issue-27 run's figures, or None when there is no such file (the table is then left out)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def before_after(results: dict, before: dict) -> list[str]:
+    """Requests/s and CPU per request of the paths issue 27 worked on, in the before run and in this one. Two runs,
+    not one: nginx's code did not change, so its row shows how far the machine itself moved between them."""
+    lines = [
+        "",
+        "### Before and after issue 27",
+        "",
+        f"Before: the same harness on the build before issue 27's changes ({before.get('date', 'date not recorded')};",
+        "[benchmarks-before-issue27.json](benchmarks-before-issue27.json)). Now: this run. nginx did not change, so its",
+        "row is the drift between the two runs.",
+        "",
+        "| path | requests/s before | now | now ÷ before | CPU µs/request before | now | now ÷ before |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path in ("ils-http", "ils-https", "overlay", "nginx-http"):
+        then, now = get(before, path, "rps"), get(results, path, "rps")
+        cpu_then = get(before, path, "rps_cpu", "cpu_us_per_request")
+        cpu_now = get(results, path, "rps_cpu", "cpu_us_per_request")
+        if then is None and now is None:
+            continue
+        lines.append(
+            f"| {LABEL[path]} | {fmt(then)} | {fmt(now)} | {ratio(now, then)}"
+            f" | {fmt(cpu_then, 1)} | {fmt(cpu_now, 1)} | {ratio(cpu_now, cpu_then)} |"
+        )
+    return lines
+
+
+def render(results: dict, before: dict | None = None) -> str:
     m = results["machine"]
     c = results["config"]
     lines = [
@@ -72,7 +133,12 @@ def render(results: dict) -> str:
         "  connect to the forwarded port on the sshd side.",
         "- **nginx**: `worker_processes auto`, an upstream with `keepalive 64`, `proxy_http_version 1.1`, and the two",
         "  settings a streaming API needs (`proxy_buffering off`, `proxy_request_buffering off`), access log on (as ils's).",
-        "- **TLS**: one ECDSA P-256 certificate for both nginx and ils HTTP mode; TLS 1.3 negotiated by both.",
+        "- **HAProxy**: a second anchor beside nginx. `mode http`, `nbthread 2` (one per core, as nginx's workers),",
+        "  `http-reuse safe` to the backend, `option httplog` to its log file (access log on, as nginx's and ils's),",
+        "  `option forwardfor`; it streams requests as they come (no `option http-buffer-request`) and, with",
+        "  `option http-no-delay` (what a streaming API needs, as nginx's `proxy_buffering off`), responses too: without",
+        "  it, plain HTTP held SSE events back for 200–300 ms and sent them three at a time.",
+        "- **TLS**: one ECDSA P-256 certificate for nginx, HAProxy and ils HTTP mode; TLS 1.3 negotiated by all three.",
         f"- **Throughput**: {c.get('transfers', 1)} downloads (`GET /bytes/N`) and {c.get('transfers', 1)} uploads of {c['size_mib']} MiB per path",
         "  (`PUT /upload`, from a file in /dev/shm, without `Expect: 100-continue`; the backend's byte count is checked), each timed by curl from request",
         "  to last byte; in rounds over all paths (so a slow moment of the shared machine lands on every path alike), the",
@@ -81,7 +147,10 @@ def render(results: dict) -> str:
         "  each timed on its own from send to last byte (Python client, garbage collector off). One request at a time, so",
         "  no request waits behind another: no coordinated omission. \"Added\" is the path's p50 minus direct's p50.",
         "  A server that ends a keep-alive connection after N requests (nginx: 1,000) gets a new one, opened untimed.",
-        f"- **Requests/s**: `wrk -t2 -c32 -d{c['seconds']}s`, keep-alive, 1 KiB responses.",
+        f"- **Requests/s**: `wrk -t2 -c32 -d{c['seconds']}s`, keep-alive, 1 KiB responses. Around each path's run, the CPU",
+        "  time (user + system, /proc/PID/stat, with reaped children) and the context switches (voluntary and not, over",
+        "  every thread's /proc/PID/task/TID/status) of the path's own processes are summed and divided by the requests",
+        "  wrk completed: what a request costs the path, apart from the backend (shown beside it) and wrk.",
         "- **New connections/s**: the same with `Connection: close`, so every request is a new TCP connection (through",
         "  the overlay: a new circuit with its own end-to-end handshake).",
         f"- **Idle SSE streams**: `ils-bench sse` opens {c['streams']:,} streams through the overlay in four steps; resident",
@@ -116,14 +185,46 @@ def render(results: dict) -> str:
             f" | {fmt(get(results, path, 'rps'))} | {fmt(get(results, path, 'new_connections_s'))} |"
         )
 
-    lines += ["", "### Ratios (same run)", "", "| comparison | download | upload | requests/s |", "|---|---:|---:|---:|"]
+    cpu = lambda path: get(results, path, "rps_cpu", "cpu_us_per_request")  # noqa: E731
+    lines += ["", "### Ratios (same run)", "",
+              "CPU per request: below 1.0× means the first path spends less CPU on a request than the second.", "",
+              "| comparison | download | upload | requests/s | CPU per request |", "|---|---:|---:|---:|---:|"]
     for ours, theirs in (("overlay", "ssh -R"), ("ils-http", "nginx-http"), ("ils-https", "nginx-https"),
+                         ("ils-http", "haproxy-http"), ("ils-https", "haproxy-https"),
                          ("overlay", "direct"), ("ils-http", "direct")):
         lines.append(
             f"| {ours} ÷ {theirs} | {ratio(get(results, ours, 'download_mib_s'), get(results, theirs, 'download_mib_s'))}"
             f" | {ratio(get(results, ours, 'upload_mib_s'), get(results, theirs, 'upload_mib_s'))}"
-            f" | {ratio(get(results, ours, 'rps'), get(results, theirs, 'rps'))} |"
+            f" | {ratio(get(results, ours, 'rps'), get(results, theirs, 'rps'))} | {ratio(cpu(ours), cpu(theirs))} |"
         )
+
+    # The single NIO relay of the floors: the least a SwiftNIO proxy costs per request (it parses nothing).
+    relay = {name: row for name, row in results.get("floors", {}).items() if "rps_cpu" in row}
+    if any(get(results, path, "rps_cpu") for path in ORDER):
+        lines += [
+            "",
+            "### CPU per request (requests/s run)",
+            "",
+            "The same wrk run as the requests/s column. A path's own processes only; the backend's CPU per request is",
+            "beside it (about the same on every path: the work a path cannot save). Client, paths and backend share the",
+            "cores, so a path that costs less per request leaves more of them to the rest and serves more requests/s.",
+            "",
+            "| path | requests/s | CPU µs/request | context switches/request | backend CPU µs/request | processes |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        rows = [(LABEL[path], results["paths"][path], PROCESSES[path]) for path in ORDER
+                if get(results, path, "rps_cpu") is not None]
+        rows += [(f"{name} (floor)", row, "the relay") for name, row in relay.items()]
+        for label, row, processes in rows:
+            figures = row["rps_cpu"]
+            lines.append(
+                f"| {label} | {fmt(row.get('rps'))} | {fmt(figures.get('cpu_us_per_request'), 1)}"
+                f" | {fmt(figures.get('ctx_switches_per_request'), 2)}"
+                f" | {fmt(figures.get('backend_cpu_us_per_request'), 1)} | {processes} |"
+            )
+
+    if before:
+        lines += before_after(results, before)
 
     floors = results.get("floors", {})
     floor = lambda name, *keys: get({"paths": floors}, name, *keys)  # noqa: E731
@@ -263,6 +364,19 @@ def render(results: dict) -> str:
         if ours == "ils-http" and relay_rps:
             figure += f" (a plain NIO relay: {ratio(relay_rps, b[2])} of nginx's requests/s)"
         target(f"{ours} ≥ 1.0× {theirs} (down / up / requests/s)", figure, None if None in oks else all(oks))
+    # Requests/s on its own, judged against nginx; HAProxy's figure is beside it for information, not judged.
+    for kind, ours, theirs, other in (("plain", "ils-http", "nginx-http", "haproxy-http"),
+                                      ("TLS", "ils-https", "nginx-https", "haproxy-https")):
+        a, b, h = get(results, ours, "rps"), get(results, theirs, "rps"), get(results, other, "rps")
+        if a is None or b is None:
+            continue
+        figure = f"{fmt(a)} vs {fmt(b)}/s ({ratio(a, b)})"
+        if h is not None:
+            figure += f"; HAProxy {fmt(h)}/s (ils {ratio(a, h)} of it)"
+        if cpu(ours) is not None and cpu(theirs) is not None:
+            figure += f"; CPU {fmt(cpu(ours), 1)} vs {fmt(cpu(theirs), 1)} µs/request"
+        target(f"ils HTTP mode requests/s ≥ 1.0× nginx, {kind}", figure, at_least(a, b))
+    # The app's own path (ILSClient in process, against ssh -R and the socat floors) adds its targets here.
     op, sp = get(results, "overlay", "latency", "p50_us"), get(results, "ssh -R", "latency", "p50_us")
     if None not in (op, sp, direct_p50):
         figure = f"{op - direct_p50:.0f} µs vs {sp - direct_p50:.0f} µs"
@@ -292,3 +406,10 @@ def render(results: dict) -> str:
                f"{added['postgres']:.0f} µs vs {added['sqlite']:.0f} µs", added["postgres"] <= 1.1 * added["sqlite"])
     lines.append("")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS / "benchmarks.json"
+    target_md = Path(sys.argv[2]) if len(sys.argv) > 2 else source.with_suffix(".md")
+    target_md.write_text(render(json.loads(source.read_text()), load_before()))
+    print(f"wrote {target_md} from {source}")

@@ -2,8 +2,9 @@
 """ils-gateway benchmark harness: every path side by side, in one run, on 127.0.0.1.
 
 Paths: direct to the backend; the ils overlay (tunnel -> controller -> dark gateway); `ssh -R` through a local sshd;
-ils HTTP mode, plain and TLS; nginx as a reverse proxy, plain and TLS. The backend is `ils-bench backend` (SwiftNIO),
-so the backend is never what limits a path. Writes docs/benchmarks.md and a JSON file of the raw figures.
+ils HTTP mode, plain and TLS; nginx and HAProxy as reverse proxies, plain and TLS. The backend is `ils-bench backend`
+(SwiftNIO), so the backend is never what limits a path. Writes docs/benchmarks.md and a JSON file of the raw figures
+(--markdown and --json put them elsewhere, for a partial run that must not replace the page).
 
 `--only cluster` measures two controllers on one PostgreSQL that the run starts itself (the e2e tests' pg_fixture):
 revocation through one of a stream on the other, failover after SIGKILL, and latency, new circuits/s and idle-stream
@@ -117,6 +118,41 @@ def rss_kib(pid: int) -> int:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_descendants(roots: list[int]) -> list[int]:
+    """The processes `roots` and all their descendants, from the parent ids in /proc/*/stat: /proc/PID/task/*/children
+    needs CONFIG_PROC_CHILDREN, which not every kernel has. nginx's workers and sshd's per-session processes are the
+    children that do a path's work."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass  # it exited meanwhile
+    found = [pid for pid in roots if pid in parent]
+    for pid in found:  # grows while it runs: breadth first down the tree
+        found += [child for child, ppid in parent.items() if ppid == pid and child not in found]
+    return found
+
+
+def usage(pids: list[int]) -> tuple[float, int]:
+    """CPU seconds and context switches so far, summed over `pids`. The CPU includes children that exited and were
+    reaped (cutime, cstime), so a process that ends between two samples still counts; context switches are summed over
+    the live threads (/proc/PID/status alone gives the main thread's)."""
+    cpu, switches = 0.0, 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        switches += int(line.split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a process or thread that exited meanwhile
+    return cpu, switches
 
 
 def settle(s: "Setup", quiet: float = 0.3, limit: float = 30) -> float:
@@ -348,6 +384,56 @@ def start_nginx(s: Setup, cert: Path, key: Path) -> None:
     s.paths["nginx-https"] = Path_("nginx-https", secure, tls=True)
 
 
+# A second anchor next to nginx: HAProxy streams both ways by default (no `option http-buffer-request`, so an upload
+# is not held back until it is whole), reuses idle backend connections (`http-reuse safe`), and logs every request to
+# its log file as nginx and ils do. `option http-no-delay` is the one setting a streaming API needs, as nginx's
+# `proxy_buffering off`: without it HAProxy sends body data with MSG_MORE, and the kernel held an SSE stream's events
+# on plain HTTP for 200-300 ms and sent them three at a time (measured: events 100 ms apart arrived at 0.2, 0.5, 0.8 s).
+HAPROXY_CONF = """
+global
+    nbthread 2
+    maxconn {maxconn}
+    log stdout format raw local0
+    ssl-default-bind-options ssl-min-ver TLSv1.2
+defaults
+    mode http
+    log global
+    option httplog
+    option forwardfor
+    option http-no-delay
+    http-reuse safe
+    timeout connect 5s
+    timeout client 60s
+    timeout server 300s
+    timeout http-keep-alive 60s
+frontend fe
+    bind 127.0.0.1:{plain}
+    bind 127.0.0.1:{secure} ssl crt {work}/haproxy.pem alpn http/1.1
+    default_backend be
+backend be
+    server b1 127.0.0.1:{backend}
+"""
+
+
+def start_haproxy(s: Setup, cert: Path, key: Path) -> None:
+    plain, secure = free_port(), free_port()
+    # HAProxy takes the certificate and its key from one file.
+    (s.work / "haproxy.pem").write_text(cert.read_text() + key.read_text())
+    conf = s.work / "haproxy.cfg"
+    # HAProxy refuses to start when it cannot raise its descriptor limit to about 2 per connection (client and
+    # server side): 20,000 connections where that allows, fewer under a lower hard limit (wrk opens 32).
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    maxconn = 20000 if limit == resource.RLIM_INFINITY else min(20000, (limit - 200) // 2)
+    conf.write_text(HAPROXY_CONF.format(work=s.work, backend=s.backend_port, plain=plain, secure=secure,
+                                        maxconn=maxconn))
+    run(["haproxy", "-c", "-q", "-f", str(conf)], cwd=s.work)  # a refused configuration says why, here
+    s.procs["haproxy"] = start(["haproxy", "-db", "-f", str(conf)], s.work / "haproxy.log", s.work)
+    wait_port(plain, s.procs["haproxy"])
+    wait_port(secure, s.procs["haproxy"])
+    s.paths["haproxy-http"] = Path_("haproxy-http", plain)
+    s.paths["haproxy-https"] = Path_("haproxy-https", secure, tls=True)
+
+
 SSHD_CONF = """
 Port {port}
 ListenAddress 127.0.0.1
@@ -385,6 +471,7 @@ def start_floors(s: Setup) -> None:
                 args = [str(s.bench), "relay", "--port", str(port), "--target", str(target)]
             proc = start(args, s.work / f"floor-{kind}-{hops}-{hop}.log", s.work)
             wait_port(port, proc)
+            s.procs[f"{name} #{hop}"] = proc
             target = port
         s.paths[name] = Path_(name, target)
 
@@ -498,7 +585,8 @@ def recv_some(sock: socket.socket, name: str) -> bytes:
     return data
 
 
-def wrk(p: Path_, seconds: int, connections: int, close: bool) -> float:
+def wrk(p: Path_, seconds: int, connections: int, close: bool) -> tuple[float, int]:
+    """Requests/s and the number of requests wrk completed."""
     args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
     if close:
         args += ["-H", "Connection: close"]
@@ -508,9 +596,45 @@ def wrk(p: Path_, seconds: int, connections: int, close: bool) -> float:
     if non2xx:
         raise RuntimeError(f"{p.name}: wrk saw {non2xx.group(1)} non-2xx responses:\n{out}")
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    count = int(re.search(r"(\d+) requests in", out).group(1))
     if errors and not close:
         print(f"   note: wrk on {p.name}: socket errors {errors.group(1)}", file=sys.stderr)
-    return rate
+    return rate, count
+
+
+def server_pids(s: Setup, name: str) -> list[int]:
+    """The processes that do a path's work, without the backend (every path has it) and the client: what the path
+    itself costs. Direct has none."""
+    names = {
+        "overlay": ["tunnel", "controller", "gateway"],
+        "ssh -R": ["sshd", "ssh"],
+        "nginx-http": ["nginx"], "nginx-https": ["nginx"],
+        "haproxy-http": ["haproxy"], "haproxy-https": ["haproxy"],
+        "ils-http": ["ils-http"], "ils-https": ["ils-https"],
+    }.get(name, [key for key in s.procs if key.startswith(f"{name} #")])  # a floor's relays
+    return with_descendants([s.procs[key].pid for key in names])
+
+
+def rps_with_cpu(s: Setup, p: Path_, seconds: int) -> tuple[float, dict]:
+    """wrk's keep-alive requests/s, and the CPU time and context switches the path's processes (and, apart, the
+    backend's) spent on them, per request. Requests/s alone hides how much of the shared cores a path took to get
+    there; per request, the figure is comparable across paths and machines."""
+    pids = server_pids(s, p.name)
+    backend = [s.procs["backend"].pid]
+    before, backend_before = usage(pids), usage(backend)
+    rate, count = wrk(p, seconds, 32, close=False)
+    # A process started during the run counts from its start (a socat relay forks one per connection, say).
+    pids = sorted(set(pids) | set(server_pids(s, p.name)))
+    after, backend_after = usage(pids), usage(backend)
+    per = lambda a, b, scale: (a - b) * scale / count if count else None  # noqa: E731
+    return rate, {
+        "requests": count,
+        "processes": len(pids),
+        "cpu_us_per_request": per(after[0], before[0], 1e6) if pids else None,
+        "ctx_switches_per_request": per(after[1], before[1], 1) if pids else None,
+        "backend_cpu_us_per_request": per(backend_after[0], backend_before[0], 1e6),
+        "backend_ctx_switches_per_request": per(backend_after[1], backend_before[1], 1),
+    }
 
 
 def slope(points: list[tuple[int, int]]) -> float:
@@ -763,8 +887,8 @@ def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
                   flush=True)
 
         out["new_circuits_s"] = {
-            "sqlite": wrk(sqlite, args.seconds, 32, close=True),
-            "postgres": wrk(postgres, args.seconds, 32, close=True),
+            "sqlite": wrk(sqlite, args.seconds, 32, close=True)[0],
+            "postgres": wrk(postgres, args.seconds, 32, close=True)[0],
         }
         print(f"   new circuits/s: {json.dumps(out['new_circuits_s'])}", flush=True)
 
@@ -805,6 +929,7 @@ def machine() -> dict:
     for name, args in {
         "swift": ["swift", "--version"],
         "nginx": ["nginx", "-v"],
+        "haproxy": ["haproxy", "-v"],
         "ssh": ["ssh", "-V"],
         "curl": ["curl", "--version"],
         "wrk": ["wrk", "--version"],
@@ -849,7 +974,7 @@ def main() -> int:
     print(f"== working in {work}", flush=True)
     s = Setup(work=work, bin=Path(args.bin).resolve(), bench=Path(args.bench).resolve())
     started = time.monotonic()
-    results: dict = {"machine": machine(), "config": vars(args), "paths": {}}
+    results: dict = {"machine": machine(), "config": vars(args), "date": time.strftime("%Y-%m-%d"), "paths": {}}
 
     start_backend(s)
     cert, key = make_tls_cert(s)
@@ -857,7 +982,9 @@ def main() -> int:
     results["machine"]["versions"]["ssh"] = start_ssh(s)
     start_http_mode(s, cert, key)
     start_nginx(s, cert, key)
-    order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "ils-https", "nginx-https"]
+    start_haproxy(s, cert, key)
+    order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "haproxy-http", "ils-https", "nginx-https",
+             "haproxy-https"]
     if want("floors"):
         start_floors(s)
 
@@ -898,10 +1025,14 @@ def main() -> int:
             row["latency"] = latency(p, args.latency_count)
             print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
         if (name == FLOOR_RPS) if floor else want("rps"):
-            row["rps"] = wrk(p, args.seconds, 32, close=False)
-            print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections)", flush=True)
+            row["rps"], row["rps_cpu"] = rps_with_cpu(s, p, args.seconds)
+            cpu = row["rps_cpu"]
+            print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections); per request: "
+                  f"{cpu['cpu_us_per_request'] or 0:.1f} us CPU and {cpu['ctx_switches_per_request'] or 0:.2f} context "
+                  f"switches in {cpu['processes']} processes, backend {cpu['backend_cpu_us_per_request']:.1f} us",
+                  flush=True)
         if want("circuits") and name in ("direct", "overlay", "ssh -R"):
-            row["new_connections_s"] = wrk(p, args.seconds, 32, close=True)
+            row["new_connections_s"] = wrk(p, args.seconds, 32, close=True)[0]
             print(f"   {row['new_connections_s']:.0f} new connections/s", flush=True)
         results.setdefault("floors" if floor else "paths", {})[name] = row
 
@@ -935,9 +1066,9 @@ def main() -> int:
         results = previous
     Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     sys.path.insert(0, str(Path(__file__).parent))
-    from report import render  # noqa: E402
+    from report import load_before, render  # noqa: E402
 
-    Path(args.markdown).write_text(render(results))
+    Path(args.markdown).write_text(render(results, load_before()))
     print(f"== done in {results['duration_s']:.0f} s; wrote {args.markdown} and {args.json}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0

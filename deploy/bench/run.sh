@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One command for the whole benchmark: installs what is missing (nginx, OpenSSH server and client, wrk, socat, curl,
-# openssl, libsodium), builds release binaries, runs every path side by side on 127.0.0.1 and writes docs/benchmarks.md.
+# One command for the whole benchmark: installs what is missing (nginx, HAProxy, OpenSSH server and client, wrk, socat,
+# curl, openssl, libsodium), builds release binaries, runs every path side by side on 127.0.0.1 and writes docs/benchmarks.md.
 # Extra arguments go to deploy/bench/run.py (e.g. --size-mib 64 --streams 1000 for a quick look).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 
 need=()
 command -v nginx >/dev/null || need+=(nginx-light)
+command -v haproxy >/dev/null || need+=(haproxy)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v wrk >/dev/null || need+=(wrk)
