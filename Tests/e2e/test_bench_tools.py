@@ -6,6 +6,7 @@ Real processes on 127.0.0.1 (ils-bench from the same build as ILS_BIN), a Python
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -198,3 +199,61 @@ def test_report_shows_the_cluster_rows_and_judges_their_targets() -> None:
     assert "| 460 µs vs 400 µs | **not met** |" in text
     del results["cluster"]
     assert "Two controllers" not in report.render(results)
+
+
+def load(bench_bin: Path, *args: str) -> dict:
+    proc = subprocess.run([str(bench_bin), "load", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_load_client_measures_every_mode_against_the_bench_backend(bench_bin: Path, spawn) -> None:
+    """`ils-bench load` over TCP (the app path's yardstick): each mode runs to its end and reports what it moved."""
+    backend = free_port()
+    wait_accepting(backend, spawn(str(bench_bin), "backend", "--port", str(backend), "--threads", "1"))
+    target = f"tcp:{backend}"
+    latency = load(bench_bin, target, "--mode", "latency", "--count", "50", "--warmup", "5")
+    assert latency["requests"] == 50 and 0 < latency["p50Microseconds"] <= latency["p99Microseconds"]
+    fresh = load(bench_bin, target, "--mode", "latency", "--count", "20", "--warmup", "2", "--connection-per-request")
+    assert fresh["requests"] == 20 and fresh["connectionPerRequest"] is True
+    rps = load(bench_bin, target, "--mode", "rps", "--seconds", "1", "--connections", "4")
+    assert rps["requests"] > 0 and rps["requestsPerSecond"] > 0
+    for mode in ("download", "upload"):
+        moved = load(bench_bin, target, "--mode", mode, "--size-mib", "8")
+        assert moved["bytes"] == 8 << 20 and moved["mibPerSecond"] > 0
+
+
+def test_load_client_fails_loudly_instead_of_reporting_a_figure(bench_bin: Path, spawn) -> None:
+    nowhere = free_port()
+    for args, words in (
+        ([f"tcp:{nowhere}", "--mode", "latency", "--count", "5"], "refused"),
+        (["udp:1", "--mode", "latency"], "neither tcp:PORT nor overlay"),
+        (["tcp:1", "--mode", "sideways"], "--mode is one of"),
+        (["overlay:/nonexistent.json:claude-api"], "nonexistent"),
+    ):
+        proc = subprocess.run([str(bench_bin), "load", *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and proc.stdout == "", args
+        assert words in proc.stderr, (args, proc.stderr)
+
+
+def results_with_app(app_added: float, app_down: float) -> dict:
+    def row(p50: float, fresh: float, down: float, up: float) -> dict:
+        return {"latency": {"p50Microseconds": p50}, "latency_new_connection": {"p50Microseconds": fresh},
+                "rps": {"requestsPerSecond": 5000.0}, "download_mib_s": down, "upload_mib_s": up}
+    results = results_with_floors()
+    results["app"] = {"direct": row(80, 300, 1000, 1000), "ssh -R": row(220, 40000, 400, 400),
+                      "app": row(80 + app_added, 3000, app_down, 450)}
+    return results
+
+
+def test_report_shows_the_app_path_and_judges_its_targets() -> None:
+    met = report.render(results_with_app(app_added=120, app_down=500))
+    assert "### The app's own path (same run)" in met
+    assert "| the app (ILSClient in process) | 200 | 120 | 3,000 | 2,700 | 5,000 | 500 | 450 |" in met
+    assert "| the app's path: added p50 ≤ ssh -R's (keep-alive, same Swift client) | keep-alive 120 µs vs 140 µs" in met
+    judged = [line for line in met.splitlines() if line.startswith("| the app's path")]
+    assert len(judged) == 2 and all(line.endswith("| **met** |") for line in judged), judged
+    missed = report.render(results_with_app(app_added=300, app_down=300))
+    judged = [line for line in missed.splitlines() if line.startswith("| the app's path")]
+    assert len(judged) == 2 and all("not met" in line for line in judged), judged
+    assert "### The app's own path" not in report.render(results_with_floors())

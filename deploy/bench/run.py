@@ -637,6 +637,58 @@ def rps_with_cpu(s: Setup, p: Path_, seconds: int) -> tuple[float, dict]:
     }
 
 
+def load(s: Setup, target: str, mode: str, *extra: str, timeout: float = 900) -> dict:
+    """One `ils-bench load` run (the Swift client: ILSClient in process for `overlay:…`, plain NIO over TCP)."""
+    return json.loads(run([str(s.bench), "load", target, "--mode", mode, *extra], cwd=s.work, timeout=timeout))
+
+
+APP_SERVICE = "claude-api"
+
+
+def app_path(s: Setup, args: argparse.Namespace, floors: bool) -> dict:
+    """The app's own path: requests dialled through ILSClient's `OverlayDialer` in the client's own process, as an
+    app that links the library does (no tunnel: two relays, the controller and the gateway, as `ssh -R` has sshd and
+    ssh). The same Swift client drives direct, ssh -R and the socat floors over TCP, so "added" is each path's p50
+    minus this client's own direct p50, and the client's cost cancels. Measured on one keep-alive circuit, and with a
+    circuit per request, which is what `OverlayClient.stream` (and URLSession through it) does today."""
+    enroll(s, "bench-app", "device")
+    targets = {
+        "direct": f"tcp:{s.backend_port}",
+        "ssh -R": f"tcp:{s.paths['ssh -R'].port}",
+        "app": f"overlay:{s.work / 'identities' / 'bench-app.json'}:{APP_SERVICE}",
+    }
+    if floors:
+        targets.update({name: f"tcp:{s.paths[name].port}" for name in ("relay x2 (socat)", "relay x3 (socat)")})
+    rows: dict = {name: {} for name in targets}
+    count = str(args.latency_count)
+    for name, target in targets.items():
+        rows[name]["latency"] = load(s, target, "latency", "--count", count)
+        rows[name]["latency_new_connection"] = load(
+            s, target, "latency", "--count", str(max(200, args.latency_count // 3)), "--warmup", "50",
+            "--connection-per-request",
+        )
+        print(f"   {name}: p50 {rows[name]['latency']['p50Microseconds']:.0f} us keep-alive, "
+              f"{rows[name]['latency_new_connection']['p50Microseconds']:.0f} us with a new connection each",
+              flush=True)
+    for name in ("direct", "ssh -R", "app"):
+        rows[name]["rps"] = load(s, targets[name], "rps", "--seconds", str(args.seconds), "--connections", "32")
+        print(f"   {name}: {rows[name]['rps']['requestsPerSecond']:.0f} requests/s", flush=True)
+    # Transfers in rounds over the paths, medians, as for the main table.
+    samples: dict = {name: {"download": [], "upload": []} for name in ("direct", "ssh -R", "app")}
+    for _ in range(args.transfers):
+        for name in samples:
+            for mode in ("download", "upload"):
+                result = load(s, targets[name], mode, "--size-mib", str(args.size_mib))
+                samples[name][mode].append(result["mibPerSecond"])
+    for name, modes in samples.items():
+        for mode, values in modes.items():
+            rows[name][f"{mode}_mib_s"] = statistics.median(values)
+            rows[name][f"{mode}_samples_mib_s"] = [round(v, 1) for v in values]
+        print(f"   {name}: download {rows[name]['download_mib_s']:.0f} MiB/s, "
+              f"upload {rows[name]['upload_mib_s']:.0f} MiB/s (medians)", flush=True)
+    return rows
+
+
 def slope(points: list[tuple[int, int]]) -> float:
     n = len(points)
     mean_x = sum(x for x, _ in points) / n
@@ -960,8 +1012,8 @@ def main() -> int:
     parser.add_argument("--latency-count", type=int, default=3000)
     parser.add_argument("--revocations", type=int, default=20)
     parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, sse, revocation, "
-                        "restart, floors, cluster (default all). A run of cluster alone keeps the other figures of "
+    parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
+                        "revocation, restart, floors, cluster (default all). A run of cluster alone keeps the other figures of "
                         "--json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -1035,6 +1087,10 @@ def main() -> int:
             row["new_connections_s"] = wrk(p, args.seconds, 32, close=True)[0]
             print(f"   {row['new_connections_s']:.0f} new connections/s", flush=True)
         results.setdefault("floors" if floor else "paths", {})[name] = row
+
+    if want("app"):
+        print("== the app's own path (ILSClient in process, no tunnel) and the same Swift client on TCP", flush=True)
+        results["app"] = app_path(s, args, floors=want("floors"))
 
     if want("sse"):
         print(f"== {args.streams} idle SSE streams through the overlay", flush=True)
