@@ -72,7 +72,8 @@ enum HandshakeBench {
 }
 
 extension Duration {
-    fileprivate var seconds: Double {
+    /// In seconds, for rates.
+    var seconds: Double {
         let (whole, attoseconds) = components
         return Double(whole) + Double(attoseconds) / 1e18
     }

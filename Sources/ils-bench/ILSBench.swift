@@ -64,7 +64,7 @@ struct ILSBench: ParsableCommand {
                 """
         )
         @Argument(help: "tcp:PORT or overlay:IDENTITY-FILE:SERVICE.") var target: String
-        @Option(help: "latency, rps, download or upload.") var mode: String = "latency"
+        @Option(help: "What to measure.") var mode: LoadClient.Mode = .latency
         @Option(help: "Request path for latency and rps.") var path = "/small"
         @Option(help: "Timed requests (latency).") var count = 3000
         @Option(help: "Untimed requests first (latency).") var warmup = 200
@@ -76,14 +76,15 @@ struct ILSBench: ParsableCommand {
         var connectionPerRequest = false
 
         func validate() throws {
-            guard LoadClient.Mode(rawValue: mode) != nil else {
-                throw ValidationError(
-                    "--mode is one of \(LoadClient.Mode.allCases.map(\.rawValue).joined(separator: ", "))"
-                )
+            guard count > 0, warmup >= 0, gapMs >= 0 else {
+                throw ValidationError("--count must be above 0, --warmup and --gap-ms at least 0")
             }
-            guard count > 0, warmup >= 0, gapMs >= 0, connections > 0, connections <= 1024, seconds > 0, seconds <= 600,
-                sizeMib > 0, sizeMib <= 65536, path.hasPrefix("/")
-            else { throw ValidationError("a count, time or size is out of range, or --path does not start with /") }
+            guard (1...1024).contains(connections), seconds > 0, seconds <= 600 else {
+                throw ValidationError("--connections must be 1 to 1024, --seconds above 0 and at most 600")
+            }
+            guard (1...65536).contains(sizeMib), path.hasPrefix("/") else {
+                throw ValidationError("--size-mib must be 1 to 65536, and --path must start with /")
+            }
         }
 
         func run() throws {
@@ -99,7 +100,7 @@ struct ILSBench: ParsableCommand {
             options.connectionPerRequest = connectionPerRequest
             let result = try LoadClient.run(
                 target: try LoadClient.Target.parse(target, group: group),
-                mode: LoadClient.Mode(rawValue: mode)!,
+                mode: mode,
                 options: options,
                 group: group
             )
@@ -161,3 +162,5 @@ struct ILSBench: ParsableCommand {
         }
     }
 }
+
+extension LoadClient.Mode: ExpressibleByArgument {}

@@ -72,6 +72,47 @@ struct PostgresStoreTests {
         await cleanup()
     }
 
+    @Test("the server the tests start inherits no descriptor: a port a test listened on and closed is free again")
+    func serverInheritsNoDescriptors() throws {
+        // A listening socket as NIO makes one (no close-on-exec), open while the server starts.
+        let listener = try Self.listen(port: 0)
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        #expect(named == 0)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let server = try TestPostgres()
+        close(listener)
+        // Had the server inherited the socket, it would still be listening there: EADDRINUSE.
+        let again = try Self.listen(port: port)
+        close(again)
+        _ = server
+    }
+
+    /// A listening TCP socket on 127.0.0.1:`port` (0: any), with SO_REUSEADDR as the project's servers set it.
+    private static func listen(port: Int) throws -> Int32 {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var on: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard descriptor >= 0, bound == 0, Glibc.listen(descriptor, 16) == 0 else {
+            let failure = errno
+            close(descriptor)
+            throw ILSError(.unavailable, "could not listen on 127.0.0.1:\(port): errno \(failure)")
+        }
+        return descriptor
+    }
+
     @Test("a server restart: calls work again by themselves and the feed says to read everything again")
     func restart() async throws {
         // A server of its own: the other suites share one and run meanwhile.

@@ -228,7 +228,7 @@ def test_load_client_fails_loudly_instead_of_reporting_a_figure(bench_bin: Path,
     for args, words in (
         ([f"tcp:{nowhere}", "--mode", "latency", "--count", "5"], "refused"),
         (["udp:1", "--mode", "latency"], "neither tcp:PORT nor overlay"),
-        (["tcp:1", "--mode", "sideways"], "--mode is one of"),
+        (["tcp:1", "--mode", "sideways"], "'latency', 'rps', 'download' or 'upload'"),
         (["overlay:/nonexistent.json:claude-api"], "nonexistent"),
     ):
         proc = subprocess.run([str(bench_bin), "load", *args], capture_output=True, text=True, timeout=60)
@@ -257,3 +257,14 @@ def test_report_shows_the_app_path_and_judges_its_targets() -> None:
     judged = [line for line in missed.splitlines() if line.startswith("| the app's path")]
     assert len(judged) == 2 and all("not met" in line for line in judged), judged
     assert "### The app's own path" not in report.render(results_with_floors())
+
+
+def test_a_run_keeps_what_it_did_not_measure() -> None:
+    import run  # deploy/bench/run.py
+
+    previous = {"paths": {"overlay": 1}, "cluster": {"old": True}, "handshake": {"rows": []}}
+    full = run.carry_over({"paths": {"overlay": 2}}, previous, only=set())
+    assert full == {"paths": {"overlay": 2}, "handshake": {"rows": []}}
+    cluster = run.carry_over({"paths": {}, "cluster": {"new": True}}, previous, only={"cluster"})
+    assert cluster == {"paths": {"overlay": 1}, "cluster": {"new": True}, "handshake": {"rows": []}}
+    assert run.carry_over({"paths": {}}, {}, only=set()) == {"paths": {}}

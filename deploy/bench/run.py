@@ -1000,6 +1000,17 @@ def machine() -> dict:
     }
 
 
+def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
+    """What a run writes, given the figures already in the JSON file: a run of `cluster` alone replaces only the
+    cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and every run
+    keeps the `handshake` section, which `ils-bench handshake` measures apart (the page says when)."""
+    if only == {"cluster"} and previous:
+        return {**previous, "cluster": results["cluster"]}
+    if "handshake" in previous:
+        return {**results, "handshake": previous["handshake"]}
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", required=True, help="release ils-gateway binary")
@@ -1114,12 +1125,8 @@ def main() -> int:
 
     results["duration_s"] = time.monotonic() - started
     stop_all()
-    if only == {"cluster"} and Path(args.json).is_file():
-        # The cluster's rows compare within themselves (SQLite and PostgreSQL, A and B, in this run): the rest of the
-        # page stays the full run's.
-        previous = json.loads(Path(args.json).read_text())
-        previous["cluster"] = results["cluster"]
-        results = previous
+    previous = json.loads(Path(args.json).read_text()) if Path(args.json).is_file() else {}
+    results = carry_over(results, previous, only)
     Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     sys.path.insert(0, str(Path(__file__).parent))
     from report import load_before, render  # noqa: E402
