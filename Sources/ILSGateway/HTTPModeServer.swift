@@ -74,6 +74,15 @@ public final class HTTPModeServer: Service, Sendable {
     /// The certificate the policy link dials with (tests: it follows renewals).
     package var policyLinkCertificate: String? { link?.certificate }
 
+    /// Whether the policy in force lets this device in (tests: the grant the controller pushes after an enrollment
+    /// has arrived). Always true without client certificates.
+    package func admits(certificatePEM: String) -> Bool {
+        guard let policy, let service = configuration.devices?.service else { return true }
+        guard let peer = try? IdentityCertificate(pem: certificatePEM) else { return false }
+        if case .allow = policy.decide(peer, service: service, hosted: service) { return true }
+        return false
+    }
+
     /// Whether the block list from the controller holds this identity (tests).
     public func blocks(identityID: String) -> Bool { policy?.blocks(identityID) ?? false }
 

@@ -341,6 +341,13 @@ struct HTTPModeDeviceTests {
         let grace = TestTiming.scaled(TimeSpan.seconds(4))
         try await HTTPModeDeviceFixture.with(configure: { $0.devices?.policyGrace = grace }) { fixture in
             let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            // The controller pushes the new device's grant after the enrollment returns: the policy to hold is the
+            // one with it (once, under ASan, the controller went first and the device got 403 dial_denied).
+            #expect(
+                await TestCluster.eventually(.seconds(10)) {
+                    fixture.server.admits(certificatePEM: laptop.certificate)
+                }
+            )
             await fixture.cluster.controller.shutdown()
             let during = try await fixture.connect(as: laptop)
             try await during.sendRequest("GET", "/health")
