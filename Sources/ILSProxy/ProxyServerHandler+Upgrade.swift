@@ -18,8 +18,6 @@ extension ProxyServerHandler {
     func upgrade(_ exchange: Exchange, backend: BackendHandler, head: HTTPResponseHead) {
         guard let context, let backendChannel = backend.channel else { return }
         backend.delegate = nil
-        state = .upgraded
-        exchange.status = head.status
         let hold = SwitchHold()
         let clientDecoderGone = context.eventLoop.makePromise(of: Void.self)
         let backendDecoderGone = context.eventLoop.makePromise(of: Void.self)
@@ -55,13 +53,12 @@ extension ProxyServerHandler {
         hold: SwitchHold,
         head: HTTPResponseHead
     ) {
-        guard let context, case .upgraded = state, context.channel.isActive else {
+        guard let context, case .upgrading = machine.state, context.channel.isActive else {
             // The client went away while the decoders were leaving: nothing was switched.
             accessLog.record(exchange, client: client, outcome: "client_closed")
             backendChannel.close(promise: nil)
             return
         }
-        exchange.responseHeadSent = true
         let clientHead = HeaderRewriter.clientResponse(head, requestVersion: exchange.requestVersion, closeAfter: false)
         context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
         let clientChannel = context.channel

@@ -14,47 +14,27 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    enum State {
-        /// Between requests, or reading a request head.
-        case idle
-        /// The head arrived; waiting for a backend connection. Client reads are held.
-        case waitingForBackend(Exchange)
-        /// Streaming both ways.
-        case forwarding(Exchange, BackendHandler)
-        /// The gateway answered itself (an error) or the response ended before the request did; the connection
-        /// closes once that answer is written.
-        case closing
-        /// Bytes now flow through a `GlueHandler` pair; this handler is leaving the pipeline.
-        case upgraded
-        case closed
-    }
+    typealias Machine = ProxyConnectionMachine<BackendHandler>
 
     private let configuration: ProxyConfiguration
     private let pools: BackendPool
     var client: ClientContext
     let accessLog: AccessLog
     let logger: Logger
-    var state = State.idle
+    /// Where the connection is in its lifecycle, and what each event means there; this handler does the I/O.
+    var machine: Machine
     var context: ChannelHandlerContext?
     private var pool: LoopBackendPool?
-    /// Timers are lazy, at most one of each kind per connection: a request does not schedule and cancel timers, it
-    /// moves a deadline, and a timer that fires early looks at the deadline and sleeps again. Scheduling and
-    /// cancelling per request cost more than the rest of a small request's bookkeeping.
-    private var idleTimer: Scheduled<Void>?
-    /// When the connection went idle (no request in progress); `nil` while a request is in progress.
-    private var idleSince: NIODeadline?
-    private var headerTimer: Scheduled<Void>?
-    private var closingTimer: Scheduled<Void>?
-    private var stallTimer: Scheduled<Void>?
-    /// Runs while a request body is incomplete and nothing of the response has been sent: a client that stops
-    /// sending its body (slowloris on the body) is cut after the idle timeout instead of holding its client and
-    /// backend connections for ever. Armed at the end of a read burst that left a body unfinished (so a request
-    /// without a body never schedules it), and lazy like the others: each body part only moves `bodyProgress`.
-    private var bodyTimer: Scheduled<Void>?
-    private var bodyProgress = NIODeadline.uptimeNanoseconds(0)
-    private var pendingRead = false
-    private var backendNeedsFlush = false
-    private var clientNeedsFlush = false
+    /// The connection's one timer, due at or before `machine.nextDeadline`. It is lazy: a request moves deadlines
+    /// later without touching it, and when it fires early the machine finds nothing due and it is scheduled again at
+    /// the next deadline. Only a deadline earlier than the scheduled one reschedules it. (Scheduling and cancelling
+    /// per request cost more than the rest of a small request's bookkeeping.)
+    private var timer: Scheduled<Void>?
+    private var timerDue: NIODeadline?
+
+    /// How long a connection may take to take its last answer before it is closed anyway: a client that stops
+    /// reading must not pin the connection forever.
+    static let closingDeadline: TimeAmount = .seconds(30)
 
     init(configuration: ProxyConfiguration, pools: BackendPool, client: ClientContext, logger: Logger) {
         self.configuration = configuration
@@ -62,312 +42,208 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.client = client
         self.logger = logger
         self.accessLog = AccessLog(logger: logger, sink: configuration.accessLog)
+        self.machine = Machine(timeouts: .init(configuration, closing: Self.closingDeadline), now: .now())
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.pool = pools.pool(for: context.eventLoop)
         if client.remoteAddress == nil { client.remoteAddress = context.channel.remoteAddress }
-        if context.channel.isActive { armIdleTimer() }
+        if context.channel.isActive { started() }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        cancelTimers()
+        cancelTimer()
         self.context = nil
-    }
-
-    private func cancelTimers() {
-        bodyTimer?.cancel()
-        idleTimer?.cancel()
-        headerTimer?.cancel()
-        closingTimer?.cancel()
-        stallTimer?.cancel()
     }
 
     func channelActive(context: ChannelHandlerContext) {
         if client.remoteAddress == nil { client.remoteAddress = context.channel.remoteAddress }
-        armIdleTimer()
+        started()
         context.fireChannelActive()
+    }
+
+    private func started() {
+        machine.channelActive(now: now)
+        updateTimer()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head(let head): receivedHead(head)
-        case .body(let buffer): receivedBody(buffer)
-        case .end(let trailers): receivedEnd(trailers)
+        case .head(let head):
+            let action = machine.requestHead(now: now) {
+                Exchange(
+                    head: head,
+                    rewrite: HeaderRewriter.forwardRequest(
+                        head,
+                        client: client,
+                        fallbackHost: configuration.backend.authority
+                    )
+                )
+            }
+            if case .lease(let exchange) = action {
+                leaseBackend(for: exchange)
+            } else {
+                perform(action)
+            }
+        case .body(let buffer):
+            switch machine.requestBody(bytes: buffer.readableBytes, now: now) {
+            case .buffer(let exchange): exchange.buffered.append(.body(.byteBuffer(buffer)))
+            case .forward(let backend): backend.write(.body(.byteBuffer(buffer)))
+            case let action: perform(action)
+            }
+        case .end(let trailers):
+            switch machine.requestEnd() {
+            case .buffer(let exchange): exchange.buffered.append(.end(HeaderRewriter.forwardTrailers(trailers)))
+            case .forward(let backend): backend.write(.end(HeaderRewriter.forwardTrailers(trailers)))
+            case let action: perform(action)
+            }
         }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if backendNeedsFlush, case .forwarding(_, let backend) = state {
-            backend.flush()
-        }
-        backendNeedsFlush = false
-        armBodyTimerIfNeeded()
+        perform(machine.readComplete())
+        // A request body left unfinished by this burst has a deadline now.
+        updateTimer()
         context.fireChannelReadComplete()
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if case .forwarding(_, let backend) = state {
-            backend.setReadsAllowed(context.channel.isWritable)
-        }
-        if context.channel.isWritable {
-            stallTimer?.cancel()
-            stallTimer = nil
-        } else if stallTimer == nil {
-            let channel = context.channel
-            stallTimer = context.eventLoop.scheduleTask(in: configuration.clientStallTimeout.timeAmount) {
-                // Not writable since then: the client stopped reading. Closing ends the backend request too.
-                channel.close(promise: nil)
-            }
-        }
+        let isWritable = context.channel.isWritable
+        perform(machine.clientWritabilityChanged(isWritable: isWritable, now: now))
+        if !isWritable { updateTimer() }
         context.fireChannelWritabilityChanged()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        cancelTimers()
-        switch state {
-        case .forwarding(let exchange, let backend):
-            // The client went away mid-exchange: close the backend request now, so a generation stops and costs
-            // nothing more. The connection is not reused: its response is unfinished.
-            backend.delegate = nil
-            pool?.release(backend, reusable: false)
-            accessLog.record(exchange, client: client, outcome: "client_closed")
-        case .waitingForBackend(let exchange):
-            accessLog.record(exchange, client: client, outcome: "client_closed")
-        case .idle, .closing, .upgraded, .closed:
-            break
-        }
-        state = .closed
+        cancelTimer()
+        perform(machine.clientInactive())
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // While the last answer is being written, later garbage must not cut it short.
-        if case .closing = state { return }
-        if let parserError = error as? HTTPParserError {
-            let answer: ProxyError = parserError == .headerOverflow ? .headersTooLarge : .malformedRequest
-            switch state {
-            case .idle:
-                respond(with: answer, to: nil)
-            case .waitingForBackend(let exchange) where !exchange.responseHeadSent:
-                respond(with: answer, to: exchange)
-            case .forwarding(let exchange, let backend) where !exchange.responseHeadSent:
-                backend.delegate = nil
-                pool?.release(backend, reusable: false)
-                respond(with: answer, to: exchange)
-            default:
-                context.close(promise: nil)
-            }
+        guard let parserError = error as? HTTPParserError else {
+            // Transport errors (a reset, a TLS alert) end the connection; channelInactive does the cleanup.
+            if case .closing = machine.state { return }
+            logger.debug("client connection error", metadata: ["error": "\(error)"])
+            context.close(promise: nil)
             return
         }
-        // Transport errors (a reset, a TLS alert) end the connection; channelInactive does the cleanup.
-        logger.debug("client connection error", metadata: ["error": "\(error)"])
-        context.close(promise: nil)
+        let answer: ProxyError = parserError == .headerOverflow ? .headersTooLarge : .malformedRequest
+        perform(machine.requestParseFailed(answer, now: now))
     }
 
     func read(context: ChannelHandlerContext) {
-        switch state {
-        case .idle, .closing, .upgraded, .closed:
-            context.read()
-        case .waitingForBackend:
-            pendingRead = true
-        case .forwarding(_, let backend):
-            if backend.isWritable {
-                context.read()
-            } else {
-                pendingRead = true
-            }
+        let backendWritable: Bool
+        if case .forwarding(_, let backend) = machine.state {
+            backendWritable = backend.isWritable
+        } else {
+            backendWritable = false
         }
+        if machine.read(backendWritable: backendWritable) { context.read() }
     }
 
-    private func releasePendingRead() {
-        if pendingRead, let context {
-            pendingRead = false
-            context.read()
-        }
-    }
-
-    /// How long a connection may take to take its last answer before it is closed anyway: a client that stops
-    /// reading must not pin the connection forever.
-    static let closingDeadline: TimeAmount = .seconds(30)
-
-    private func enterClosing() {
-        state = .closing
-        idleSince = nil
-        guard let context, closingTimer == nil else { return }
-        let channel = context.channel
-        closingTimer = context.eventLoop.scheduleTask(in: Self.closingDeadline) {
-            channel.close(promise: nil)
-        }
-    }
-
-    /// The time on the connection's event loop (the timers' clock: real time, or an embedded loop's own).
+    /// The time on the connection's event loop (the timer's clock: real time, or an embedded loop's own).
     private var now: NIODeadline { context?.eventLoop.now ?? .now() }
 
-    /// The connection is idle from now: it is closed if no request starts within `--idle-timeout`.
-    private func armIdleTimer() {
-        let now = self.now
-        idleSince = now
-        scheduleIdleCheck(at: now + configuration.clientIdleTimeout.timeAmount)
-    }
+    // MARK: The timer
 
-    private func scheduleIdleCheck(at deadline: NIODeadline) {
-        guard idleTimer == nil, let context else { return }
-        let channel = context.channel
-        idleTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
-            self.idleTimer = nil
-            guard case .idle = self.state, let since = self.idleSince else { return }
-            let due = since + self.configuration.clientIdleTimeout.timeAmount
-            if due <= self.now {
-                channel.close(promise: nil)
-            } else {
-                self.scheduleIdleCheck(at: due)
-            }
+    /// Schedules the timer if the machine's next deadline comes before the one it is scheduled for (or none is).
+    private func updateTimer() {
+        guard let next = machine.nextDeadline, let context else { return }
+        if let timerDue, timerDue <= next { return }
+        timer?.cancel()
+        timerDue = next
+        timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: next) {
+            self.timer = nil
+            self.timerDue = nil
+            self.timerFired()
         }
     }
 
-    /// Times out the current exchange if the backend has not sent its response head by the exchange's deadline.
-    private func scheduleHeaderCheck(at deadline: NIODeadline) {
-        guard headerTimer == nil, let context else { return }
-        headerTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
-            self.headerTimer = nil
-            guard case .forwarding(let exchange, _) = self.state, !exchange.responseHeadSent,
-                let due = exchange.headerDeadline
-            else { return }
-            if due <= self.now {
-                self.backendHeaderTimeout(exchange)
-            } else {
-                self.scheduleHeaderCheck(at: due)
-            }
+    private func timerFired() {
+        let backendWritable: Bool
+        if case .forwarding(_, let backend) = machine.state {
+            backendWritable = backend.isWritable
+        } else {
+            backendWritable = false
         }
+        perform(machine.timerFired(now: now, backendWritable: backendWritable))
+        updateTimer()
     }
 
-    private func receivedHead(_ head: HTTPRequestHead) {
-        idleSince = nil
-        // A pipelined request behind one that closes the connection is not answered; the close is already on its
-        // way after the last response byte.
-        if case .closing = state { return }
-        guard case .idle = state else {
-            // HTTPServerPipelineHandler serialises requests, so a second head mid-exchange is a broken pipeline.
+    private func cancelTimer() {
+        timer?.cancel()
+        timer = nil
+        timerDue = nil
+    }
+
+    // MARK: Actions
+
+    /// Carries out the actions any event may return; event-specific ones are handled where they arise.
+    private func perform(_ action: Machine.Action) {
+        switch action {
+        case .none:
+            break
+        case .close:
             context?.close(promise: nil)
-            return
-        }
-        let exchange = Exchange(head: head)
-        switch HeaderRewriter.forwardRequest(head, client: client, fallbackHost: configuration.backend.authority) {
-        case .failure(let error):
+        case .respond(let error, let exchange, let backend):
+            if let backend { pool?.release(backend, reusable: false) }
             respond(with: error, to: exchange)
-        case .success(let forwarded):
-            exchange.forwarded = forwarded
-            exchange.closeAfterResponse = forwarded.clientWantsClose || forwarded.isUpgrade
-            exchange.expectsContinue = head.headers["expect"].contains { $0.lowercased() == "100-continue" }
-            state = .waitingForBackend(exchange)
-            bodyProgress = now
+            updateTimer()
+        case .cut(let exchange, let outcome, let backend):
+            if let backend { pool?.release(backend, reusable: false) }
+            // Ending the client connection, not a clean end, is how HTTP/1.1 says the response is incomplete.
+            context?.flush()
+            accessLog.record(exchange, client: client, outcome: outcome)
+            context?.close(promise: nil)
+            updateTimer()
+        case .flushBackend(let backend):
+            backend.flush()
+        case .setBackendReads(let backend, let allowed):
+            backend.setReadsAllowed(allowed)
+        case .abandon(let exchange, let backend):
+            if let backend { pool?.release(backend, reusable: false) }
+            accessLog.record(exchange, client: client, outcome: "client_closed")
+        case .returnUnused(let backend):
+            pool?.release(backend, reusable: true)
+        case .lease(let exchange), .retry(let exchange):
             leaseBackend(for: exchange)
-        }
-    }
-
-    /// Makes sure a body timer runs while the current request's body is unfinished and unanswered.
-    private func armBodyTimerIfNeeded() {
-        guard bodyTimer == nil, let exchange = currentExchange, !exchange.requestComplete, !exchange.responseHeadSent
-        else { return }
-        scheduleBodyCheck(at: bodyProgress + configuration.clientIdleTimeout.timeAmount)
-    }
-
-    private var currentExchange: Exchange? {
-        switch state {
-        case .waitingForBackend(let exchange), .forwarding(let exchange, _): exchange
-        case .idle, .closing, .upgraded, .closed: nil
-        }
-    }
-
-    private func scheduleBodyCheck(at deadline: NIODeadline) {
-        guard let context else { return }
-        bodyTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
-            self.bodyTimer = nil
-            self.checkBody()
-        }
-    }
-
-    private func checkBody() {
-        guard let exchange = currentExchange, !exchange.requestComplete, !exchange.responseHeadSent else { return }
-        let due = bodyProgress + configuration.clientIdleTimeout.timeAmount
-        if case .forwarding(_, let backend) = state, due <= now {
-            if pendingRead || !backend.isWritable {
-                // Held by backpressure from the backend, not stalled by the client.
-                bodyProgress = now
-                armBodyTimerIfNeeded()
-                return
-            }
-            backend.delegate = nil
-            pool?.release(backend, reusable: false)
-            respond(with: .requestBodyTimeout, to: exchange)
-            return
-        }
-        if case .waitingForBackend = state {
-            // Client reads are held while no backend connection is ready: the silence is ours, not the client's.
-            bodyProgress = max(bodyProgress, now)
-        }
-        scheduleBodyCheck(at: max(due, bodyProgress + configuration.clientIdleTimeout.timeAmount))
-    }
-
-    private func receivedBody(_ buffer: ByteBuffer) {
-        switch state {
-        case .waitingForBackend(let exchange):
-            exchange.bytesIn += buffer.readableBytes
-            exchange.buffered.append(.body(.byteBuffer(buffer)))
-        case .forwarding(let exchange, let backend):
-            exchange.bytesIn += buffer.readableBytes
-            backend.write(.body(.byteBuffer(buffer)))
-            backendNeedsFlush = true
-            bodyProgress = now
-        case .idle, .closing, .upgraded, .closed:
-            break
-        }
-    }
-
-    private func receivedEnd(_ trailers: HTTPHeaders?) {
-        switch state {
-        case .waitingForBackend(let exchange):
-            exchange.requestComplete = true
-            exchange.buffered.append(.end(HeaderRewriter.forwardTrailers(trailers)))
-        case .forwarding(let exchange, let backend):
-            exchange.requestComplete = true
-            backend.write(.end(HeaderRewriter.forwardTrailers(trailers)))
-            backendNeedsFlush = true
-            if exchange.responseComplete { finish(exchange, backend: backend) }
-        case .idle, .closing, .upgraded, .closed:
-            break
+        case .buffer, .forward, .startForwarding, .writeHead, .writeBody, .finish, .upgrade:
+            // Each carries a part or a write only its event has; handled there.
+            assertionFailure("\(action) is handled by the event that returns it")
         }
     }
 
     private func leaseBackend(for exchange: Exchange) {
-        exchange.attempts += 1
         pool?.lease { result in
-            guard case .waitingForBackend(let current) = self.state, current === exchange else {
-                // The client left (or the exchange ended) while we waited: hand the connection straight back.
-                if case .success(let backend) = result { self.pool?.release(backend, reusable: true) }
+            let action = self.machine.leased(
+                exchange,
+                result,
+                reused: (try? result.get())?.requestCount ?? 0 > 1,
+                backendWritable: (try? result.get())?.isWritable ?? false,
+                now: self.now
+            )
+            guard case .startForwarding(let exchange, let backend, let writeContinue, let resumeRead) = action else {
+                self.perform(action)
                 return
             }
-            switch result {
-            case .failure(let error):
-                self.respond(with: error, to: exchange)
-            case .success(let backend):
-                self.startForwarding(exchange, on: backend)
-            }
+            self.startForwarding(exchange, on: backend, writeContinue: writeContinue, resumeRead: resumeRead)
         }
     }
 
-    private func startForwarding(_ exchange: Exchange, on backend: BackendHandler) {
+    private func startForwarding(
+        _ exchange: Exchange,
+        on backend: BackendHandler,
+        writeContinue: Bool,
+        resumeRead: Bool
+    ) {
         guard let context, let forwarded = exchange.forwarded else { return }
         backend.delegate = self
         backend.setReadsAllowed(context.channel.isWritable)
-        state = .forwarding(exchange, backend)
-        exchange.reusedConnection = backend.requestCount > 1
-        if exchange.expectsContinue {
+        if writeContinue {
             // Expect is hop-by-hop here: the gateway promises the body will be taken, now that it has somewhere
             // to go (RFC 9110 §10.1.1).
-            exchange.expectsContinue = false
             context.writeAndFlush(
                 wrapOutboundOut(.head(HTTPResponseHead(version: exchange.requestVersion, status: .continue))),
                 promise: nil
@@ -378,46 +254,14 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         exchange.buffered = []
         for part in buffered { backend.write(part) }
         backend.flush()
-        let deadline = now + configuration.backendHeaderTimeout.timeAmount
-        exchange.headerDeadline = deadline
-        scheduleHeaderCheck(at: deadline)
-        if backend.isWritable { releasePendingRead() }
-    }
-
-    private func backendHeaderTimeout(_ exchange: Exchange) {
-        guard case .forwarding(let current, let backend) = state, current === exchange, !exchange.responseHeadSent
-        else { return }
-        backend.delegate = nil
-        pool?.release(backend, reusable: false)
-        respond(with: .backendTimeout, to: exchange)
-    }
-
-    /// The exchange is over on both sides: log it, recycle the backend connection, and wait for the next request or
-    /// close, as the client asked.
-    private func finish(_ exchange: Exchange, backend: BackendHandler) {
-        pool?.release(backend, reusable: exchange.backendKeepAlive && !(exchange.forwarded?.isUpgrade ?? false))
-        accessLog.record(exchange, client: client)
-        if exchange.closeAfterResponse {
-            // The response's last write carries the close (see `backendReceived(.end)`).
-            enterClosing()
-        } else {
-            state = .idle
-            armIdleTimer()
-            releasePendingRead()
-        }
+        updateTimer()
+        if resumeRead { context.read() }
     }
 
     /// Answers the request with the gateway's own JSON error, then closes the connection: the request body (if any)
     /// was not read, so the connection's framing can't be trusted for another request.
     private func respond(with error: ProxyError, to exchange: Exchange?) {
         guard let context else { return }
-        if let exchange, exchange.responseHeadSent {
-            // Too late for a status: cutting the connection is how HTTP/1.1 says the response is incomplete.
-            accessLog.record(exchange, client: client, outcome: error.code)
-            enterClosing()
-            context.close(promise: nil)
-            return
-        }
         let body = error.jsonBody(allocator: context.channel.allocator)
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/json")
@@ -425,7 +269,6 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         headers.add(name: "Connection", value: "close")
         headers.add(name: "Cache-Control", value: "no-store")
         let version = exchange?.requestVersion ?? .http1_1
-        enterClosing()
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: version, status: error.status, headers: headers))),
             promise: nil
@@ -453,97 +296,68 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
 extension ProxyServerHandler: BackendConnectionDelegate {
     func backendReceived(_ part: HTTPClientResponsePart) {
-        guard case .forwarding(let exchange, let backend) = state, let context else { return }
+        guard let context else { return }
         switch part {
         case .head(let head):
-            exchange.backendKeepAlive = head.isKeepAlive
-            if exchange.forwarded?.isUpgrade == true, head.status == .switchingProtocols {
-                // Switch at the 101's `.end`: the response decoder still delivers that part after the head, and it
-                // must not reach the byte-level glue.
-                exchange.switchingProtocols = head
-                return
+            switch machine.responseHead(head, now: now) {
+            case .writeHead(let exchange, let closeClient):
+                let clientHead = HeaderRewriter.clientResponse(
+                    head,
+                    requestVersion: exchange.requestVersion,
+                    closeAfter: closeClient
+                )
+                context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
+            case let action:
+                perform(action)
             }
-            if head.status == .switchingProtocols {
-                // A 101 to a request that did not ask to switch: the connection's framing is gone.
-                exchange.backendKeepAlive = false
-                backend.delegate = nil
-                pool?.release(backend, reusable: false)
-                respond(with: .backendInvalidResponse, to: exchange)
-                return
-            }
-            if exchange.requestVersion.minor == 0 { exchange.closeAfterResponse = true }
-            let clientHead = HeaderRewriter.clientResponse(
-                head,
-                requestVersion: exchange.requestVersion,
-                closeAfter: exchange.closeAfterResponse
-            )
-            exchange.status = head.status
-            exchange.responseHeadSent = true
-            context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
-            clientNeedsFlush = true
         case .body(let buffer):
-            exchange.bytesOut += buffer.readableBytes
-            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-            clientNeedsFlush = true
+            switch machine.responseBody(bytes: buffer.readableBytes, now: now) {
+            case .writeBody: context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+            case let action: perform(action)
+            }
         case .end(let trailers):
-            if let switchHead = exchange.switchingProtocols {
-                upgrade(exchange, backend: backend, head: switchHead)
-                return
-            }
-            exchange.responseComplete = true
-            if !exchange.requestComplete {
-                // The backend answered before the request body ended (e.g. a 413): the backend connection's framing
-                // is now unknown and the client still sends a body nobody reads. End both.
-                exchange.backendKeepAlive = false
-                exchange.closeAfterResponse = true
-            }
-            // Settle the exchange before writing its last part: writing the response's end can synchronously
-            // deliver the next pipelined request, or (when closing) the channel's close.
-            let closeAfter = exchange.closeAfterResponse
-            finish(exchange, backend: backend)
-            clientNeedsFlush = false
-            if closeAfter {
-                // Close only once the last byte has left, so the response is never cut short.
-                let channel = context.channel
-                context.writeAndFlush(wrapOutboundOut(.end(trailers))).whenComplete { _ in
-                    channel.close(promise: nil)
+            switch machine.responseEnd(now: now) {
+            case .upgrade(let exchange, let backend, let head):
+                upgrade(exchange, backend: backend, head: head)
+            case .finish(let exchange, let backend, let reuseBackend, let closeClient, let resumeRead):
+                // Settle the exchange before writing its last part: writing the response's end can synchronously
+                // deliver the next pipelined request, or (when closing) the channel's close.
+                pool?.release(backend, reusable: reuseBackend)
+                accessLog.record(exchange, client: client)
+                if resumeRead { context.read() }
+                if closeClient {
+                    updateTimer()
+                    // Close only once the last byte has left, so the response is never cut short.
+                    let channel = context.channel
+                    context.writeAndFlush(wrapOutboundOut(.end(trailers))).whenComplete { _ in
+                        channel.close(promise: nil)
+                    }
+                } else {
+                    // Idle from now: a timer that fired mid-stream may have found no deadline and left.
+                    updateTimer()
+                    // Flush now: once released, the backend connection no longer reports its read completion to us.
+                    context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
                 }
-            } else {
-                // Flush now: once released, the backend connection no longer reports its read completion to us.
-                context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
+            case let action:
+                perform(action)
             }
         }
     }
 
     func backendReadComplete() {
-        if clientNeedsFlush {
-            clientNeedsFlush = false
-            context?.flush()
-        }
+        if machine.backendReadComplete() { context?.flush() }
     }
 
     func backendWritabilityChanged(isWritable: Bool) {
-        if isWritable { releasePendingRead() }
+        if isWritable, machine.backendBecameWritable() { context?.read() }
     }
 
     func backendClosed(error: (any Error)?) {
-        guard case .forwarding(let exchange, _) = state else { return }
-        if exchange.isRetryable, !(error is HTTPParserError) {
+        let action = machine.backendClosed(invalidResponse: error is HTTPParserError, now: now)
+        if case .retry(let exchange) = action {
             logger.debug("reused backend connection closed before answering; retrying once on a new connection")
-            exchange.buffered = exchange.requestComplete ? [.end(nil)] : []
-            state = .waitingForBackend(exchange)
-            leaseBackend(for: exchange)
-            return
+            exchange.buffered = exchange.machine.request == .complete ? [.end(nil)] : []
         }
-        if exchange.responseHeadSent {
-            // The backend died mid-stream. Ending the client connection (not a clean chunked end) tells the client
-            // the response is truncated; it must never hang waiting for more.
-            context?.flush()
-            accessLog.record(exchange, client: client, outcome: "backend_closed_mid_response")
-            enterClosing()
-            context?.close(promise: nil)
-            return
-        }
-        respond(with: error is HTTPParserError ? .backendInvalidResponse : .backendReset, to: exchange)
+        perform(action)
     }
 }

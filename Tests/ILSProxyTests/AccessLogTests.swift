@@ -42,7 +42,8 @@ struct AccessLogTests {
 
     static func exchange() -> Exchange {
         let exchange = Exchange(
-            head: HTTPRequestHead(version: .http1_1, method: .POST, uri: "/claude/query?token=secret")
+            head: HTTPRequestHead(version: .http1_1, method: .POST, uri: "/claude/query?token=secret"),
+            rewrite: .failure(.malformedRequest)
         )
         exchange.status = .ok
         exchange.bytesIn = 12
