@@ -119,7 +119,7 @@ struct ProxyConnectionMachineTableTests {
         }
     }
 
-    static func name(_ state: Machine.State, exchange: Exchange?) -> String {
+    static func name(_ state: Machine.State) -> String {
         switch state {
         case .idle: "idle"
         case .awaitingBackend: "awaitingBackend"
@@ -262,7 +262,7 @@ struct ProxyConnectionMachineTableTests {
             for (event, cell) in zip(EventKind.allCases, row) {
                 var (machine, exchange) = Self.machine(in: state)
                 let action = Self.apply(event, to: &machine, exchange: exchange)
-                let actual = "\(action) → \(Self.name(machine.state, exchange: exchange))"
+                let actual = "\(action) → \(Self.name(machine.state))"
                 #expect(actual == cell, "\(event) in \(state)")
             }
         }
