@@ -74,6 +74,9 @@ public final class HTTPModeServer: Service, Sendable {
     /// The certificate the policy link dials with (tests: it follows renewals).
     package var policyLinkCertificate: String? { link?.certificate }
 
+    /// Whether the policy link is up and bound to the controller (tests).
+    package var policyLinkIsBound: Bool { link?.isBound ?? false }
+
     /// Whether the policy in force lets this device in (tests: the grant the controller pushes after an enrollment
     /// has arrived). Always true without client certificates.
     package func admits(certificatePEM: String) -> Bool {

@@ -117,6 +117,14 @@ final class PolicyLink: Sendable {
     /// Whether the controller's policy is in force now (for readiness and tests).
     var hasPolicy: Bool { policy.isKnown }
 
+    /// Whether the link is up and bound, so a client's certificate is checked with the controller (tests).
+    var isBound: Bool {
+        state.withLockedValue { state in
+            guard state.control != nil, case .bound? = state.outcome else { return false }
+            return true
+        }
+    }
+
     private var stopped: Bool { state.withLockedValue { $0.stopped } }
 
     /// Keeps the link up until `stop`, and the gateway's certificate renewed.
