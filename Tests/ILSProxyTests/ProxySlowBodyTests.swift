@@ -1,3 +1,4 @@
+import ILSCore
 import ILSTesting
 import NIOCore
 import Testing
@@ -25,7 +26,9 @@ struct ProxySlowBodyTests {
 
     @Test("an upload that is slow but keeps moving is never cut by the idle timeout")
     func slowMovingBodyCompletes() async throws {
-        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = .seconds(3) }) { fixture in
+        // Scaled: under ASan with the suite in parallel, one 200 ms gap once stretched past an unscaled 3 s.
+        let idle = TestTiming.scaled(TimeSpan.seconds(3))
+        try await ProxyFixture.with(configure: { $0.proxy.clientIdleTimeout = idle }) { fixture in
             let connection = try await fixture.connect()
             let pieces = 20
             try await connection.send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: \(pieces)\r\n\r\n")
