@@ -105,7 +105,7 @@ MUTATIONS = [
     ("backend reads not held", CONNECTION,
      "        if case .forwarding(_, let backend) = state { return .setBackendReads(backend, allowed: isWritable) }\n", ""),
     ("next deadline without the header", CONNECTION,
-     "            consider(exchange.machine.headerDeadline)\n", ""),
+     "Self.earliest(stall, Self.earliest(exchange.machine.headerDeadline, body))", "Self.earliest(stall, body)"),
     ("body parts not buffered", CONNECTION,
      "            exchange.bytesIn += bytes\n            return .buffer(exchange)\n", "            return .none\n"),
     ("backend never flushed", CONNECTION,

@@ -101,25 +101,26 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
 
     /// The earliest deadline the connection has now, or nil for none.
     var nextDeadline: NIODeadline? {
-        var earliest = stalledSince.map { $0 + timeouts.stall }
-        func consider(_ deadline: NIODeadline?) {
-            guard let deadline else { return }
-            earliest = earliest.map { Swift.min($0, deadline) } ?? deadline
-        }
+        let stall = stalledSince.map { $0 + timeouts.stall }
         switch state {
         case .idle(let since):
-            consider(since + timeouts.idle)
+            return Self.earliest(stall, since + timeouts.idle)
         case .closing(let since):
-            consider(since + timeouts.closing)
+            return Self.earliest(stall, since + timeouts.closing)
         case .awaitingBackend(let exchange):
-            if exchange.machine.awaitsRequestBody { consider(bodyProgress + timeouts.idle) }
+            return Self.earliest(stall, exchange.machine.awaitsRequestBody ? bodyProgress + timeouts.idle : nil)
         case .forwarding(let exchange, _):
-            consider(exchange.machine.headerDeadline)
-            if exchange.machine.awaitsRequestBody { consider(bodyProgress + timeouts.idle) }
+            let body = exchange.machine.awaitsRequestBody ? bodyProgress + timeouts.idle : nil
+            return Self.earliest(stall, Self.earliest(exchange.machine.headerDeadline, body))
         case .upgrading, .closed:
-            break
+            return stall
         }
-        return earliest
+    }
+
+    private static func earliest(_ first: NIODeadline?, _ second: NIODeadline?) -> NIODeadline? {
+        guard let first else { return second }
+        guard let second else { return first }
+        return Swift.min(first, second)
     }
 
     // MARK: Client connection events

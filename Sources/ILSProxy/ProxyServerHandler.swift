@@ -134,13 +134,13 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        let backendWritable: Bool
-        if case .forwarding(_, let backend) = machine.state {
-            backendWritable = backend.isWritable
-        } else {
-            backendWritable = false
-        }
-        if machine.read(backendWritable: backendWritable) { context.read() }
+        if machine.read(backendWritable: backendIsWritable) { context.read() }
+    }
+
+    /// Whether the exchange's backend connection can take more; false with none.
+    private var backendIsWritable: Bool {
+        if case .forwarding(_, let backend) = machine.state { return backend.isWritable }
+        return false
     }
 
     /// The time on the connection's event loop (the timer's clock: real time, or an embedded loop's own).
@@ -162,13 +162,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func timerFired() {
-        let backendWritable: Bool
-        if case .forwarding(_, let backend) = machine.state {
-            backendWritable = backend.isWritable
-        } else {
-            backendWritable = false
-        }
-        perform(machine.timerFired(now: now, backendWritable: backendWritable))
+        perform(machine.timerFired(now: now, backendWritable: backendIsWritable))
         updateTimer()
     }
 
@@ -217,11 +211,12 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func leaseBackend(for exchange: Exchange) {
         pool?.lease { result in
+            let backend = try? result.get()
             let action = self.machine.leased(
                 exchange,
                 result,
-                reused: (try? result.get())?.requestCount ?? 0 > 1,
-                backendWritable: (try? result.get())?.isWritable ?? false,
+                reused: (backend?.requestCount ?? 0) > 1,
+                backendWritable: backend?.isWritable ?? false,
                 now: self.now
             )
             guard case .startForwarding(let exchange, let backend, let writeContinue, let resumeRead) = action else {
