@@ -35,13 +35,14 @@ public final class OverlayClient: Sendable {
         let url = request.url
         do {
             let (head, service) = try Self.head(for: request, service: service)
+            let body = OverlayRequestBody(request)
             let exchange = try await OverlayExchange.open(
                 dialer: dialer,
                 service: service,
                 head: head,
+                body: body,
                 idleTimeout: Self.idleTimeout(request)
             )
-            let body = OverlayRequestBody(request)
             // The body goes on while the response is read: a backend may answer (or refuse) before it has read all
             // of it.
             Task {

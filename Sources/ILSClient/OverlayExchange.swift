@@ -19,30 +19,44 @@ final class OverlayExchange: Sendable {
 
     let channel: any Channel
     private let reader: NIOLoopBound<OverlayResponseReader>
+    /// The request's end went with its head (it has no body): `send` has nothing to write.
+    private let endedWithHead: Bool
 
-    private init(channel: any Channel, reader: NIOLoopBound<OverlayResponseReader>) {
+    private init(channel: any Channel, reader: NIOLoopBound<OverlayResponseReader>, endedWithHead: Bool) {
         self.channel = channel
         self.reader = reader
+        self.endedWithHead = endedWithHead
     }
 
-    /// Dials `service`, sets up HTTP/1.1 on the circuit and sends the request head.
+    /// Dials `service`, sets up HTTP/1.1 on the circuit and sends the request head; with no body (`.none`, every
+    /// plain GET) the request's end too, in the same flush: one end-to-end record, one DATA frame through each hop.
+    /// (Sent apart, the end was a second, empty record that woke the controller and the gateway once more per
+    /// request.) `send` then has nothing left to write.
     static func open(
         dialer: OverlayDialer,
         service: String,
         head: HTTPRequestHead,
+        body: OverlayRequestBody,
         idleTimeout: TimeAmount
     ) async throws -> OverlayExchange {
         let channel = try await dialer.dial(service: service).get()
         do {
-            let exchange = try await channel.eventLoop.submit {
+            let ended = if case .none = body { true } else { false }
+            return try await channel.eventLoop.submit {
                 let pipeline = channel.pipeline.syncOperations
                 try pipeline.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes)
                 let reader = OverlayResponseReader(idleTimeout: idleTimeout)
                 try pipeline.addHandler(reader)
-                return OverlayExchange(channel: channel, reader: NIOLoopBound(reader, eventLoop: channel.eventLoop))
+                // On the circuit's loop, on a circuit just opened (writable, nothing queued): no need to wait.
+                channel.write(HTTPClientRequestPart.head(head), promise: nil)
+                if ended { channel.write(HTTPClientRequestPart.end(nil), promise: nil) }
+                channel.flush()
+                return OverlayExchange(
+                    channel: channel,
+                    reader: NIOLoopBound(reader, eventLoop: channel.eventLoop),
+                    endedWithHead: ended
+                )
             }.get()
-            try await exchange.write(.head(head))
-            return exchange
         } catch {
             channel.close(promise: nil)
             throw error
@@ -63,8 +77,9 @@ final class OverlayExchange: Sendable {
         }
     }
 
-    /// Sends `body` in chunks, then the end of the request.
+    /// Sends `body` in chunks, then the end of the request (nothing when `open` sent the end with the head).
     func send(_ body: OverlayRequestBody) async throws {
+        if endedWithHead { return }
         switch body {
         case .none:
             break
@@ -128,7 +143,7 @@ enum OverlayRequestBody: Sendable {
     }
 
     init(_ request: URLRequest) {
-        if let data = request.httpBody {
+        if let data = request.httpBody, !data.isEmpty {
             self = .data(data)
         } else if let stream = request.httpBodyStream {
             self = .stream(StreamBox(stream))

@@ -87,14 +87,15 @@ public final class OverlayURLProtocol: URLProtocol {
         let url = request.url
         do {
             let (head, service) = try OverlayClient.head(for: request, service: route.service)
+            let body = OverlayRequestBody(request)
             let exchange = try await OverlayExchange.open(
                 dialer: route.client.dialer,
                 service: service,
                 head: head,
+                body: body,
                 idleTimeout: OverlayClient.idleTimeout(request)
             )
             defer { exchange.close() }
-            let body = OverlayRequestBody(request)
             let upload = Task {
                 do {
                     try await exchange.send(body)

@@ -76,7 +76,8 @@ public final class FabricConnectionErrorHandler: ChannelInboundHandler, Sendable
 }
 
 extension ChannelPipeline.SynchronousOperations {
-    /// An overlay connection's HTTP/2 with `FabricSettings`, behind an `HTTP2FrameAligner`. Each stream the peer
+    /// An overlay connection's HTTP/2 with `FabricSettings`, behind an `HTTP2FrameAligner` (whole frames in) and a
+    /// `TLSRecordCoalescer` (one TLS record, not two, per small frame out). Each stream the peer
     /// opens starts with the handler `acceptStream` makes; without one, the peer may not open streams and each is
     /// closed at once. Every real overlay connection passes a `keepalive` (both ends: a silently dropped link must
     /// be noticed by the side that routes over it and by the side that must redial); tests of other parts may not.
@@ -89,6 +90,7 @@ extension ChannelPipeline.SynchronousOperations {
         streamDelegate: (any NIOHTTP2StreamDelegate)? = nil,
         acceptStream: (@Sendable () -> any ChannelHandler)? = nil
     ) throws -> NIOHTTP2Handler.StreamMultiplexer {
+        try addHandler(TLSRecordCoalescer())
         try addHandler(HTTP2FrameAligner(expectsPreface: mode == .server))
         let multiplexer = try configureHTTP2Pipeline(
             mode: mode,

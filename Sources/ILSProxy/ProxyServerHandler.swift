@@ -318,8 +318,6 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                 // Settle the exchange before writing its last part: writing the response's end can synchronously
                 // deliver the next pipelined request, or (when closing) the channel's close.
                 pool?.release(backend, reusable: reuseBackend)
-                accessLog.record(exchange, client: client)
-                if resumeRead { context.read() }
                 if closeClient {
                     updateTimer()
                     // Close only once the last byte has left, so the response is never cut short.
@@ -333,6 +331,10 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                     // Flush now: once released, the backend connection no longer reports its read completion to us.
                     context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
                 }
+                // After the flush: the response's last bytes are on their way before the line is formatted (the
+                // exchange is settled, so what the line says is final).
+                accessLog.record(exchange, client: client)
+                if resumeRead { context.read() }
             case let action:
                 perform(action)
             }

@@ -27,14 +27,19 @@ struct ILSBench: ParsableCommand {
     struct Relay: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract:
-                "Relay TCP from HOST:PORT to HOST:TARGET, plain and on one event loop (the benchmark's NIO floor).",
-            discussion: "Example: ils-bench relay --port 9001 --target 9000"
+                "Relay TCP from HOST:PORT to HOST:TARGET, plain, each connection on one event loop (the benchmark's NIO floor).",
+            discussion: "Example: ils-bench relay --port 9001 --target 9000 --threads 2"
         )
         @Option(help: "Address to listen on and to connect to.") var host = "127.0.0.1"
         @Option(help: "Port to listen on.") var port: Int
         @Option(help: "Port to relay each connection to.") var target: Int
+        @Option(help: "Event-loop threads; a connection and its upstream share one (1 to 64).") var threads = 1
 
-        func run() throws { try PlainRelay.run(host: host, port: port, target: target) }
+        func validate() throws {
+            guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1 to 64") }
+        }
+
+        func run() throws { try PlainRelay.run(host: host, port: port, target: target, threads: threads) }
     }
 
     struct Handshake: ParsableCommand {

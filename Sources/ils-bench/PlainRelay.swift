@@ -7,12 +7,13 @@ import Glibc
 #endif
 
 /// A plain TCP relay on SwiftNIO, for the benchmark's floor rows: accepts on one port, connects each client to the
-/// target and splices the two sockets with `GlueHandler` on one event loop (a half-close passes through). No TLS, no
-/// HTTP/2, no end-to-end records: what is left is one NIO read and one NIO write per message per hop, the least any
-/// relay hop built on NIO costs.
+/// target and splices the two sockets with `GlueHandler` on the client's event loop (a half-close passes through). No
+/// TLS, no HTTP/2, no end-to-end records: what is left is one NIO read and one NIO write per message per hop, the
+/// least any relay hop built on NIO costs. `threads` event loops share the connections (one per core is what an HTTP
+/// proxy runs with: nginx's `worker_processes auto`, HAProxy's `nbthread`, HTTP mode's loops).
 enum PlainRelay {
-    static func run(host: String, port: Int, target: Int) throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    static func run(host: String, port: Int, target: Int, threads: Int) throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let channel = try ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

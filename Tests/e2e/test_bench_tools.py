@@ -114,6 +114,37 @@ def test_relay_serves_http_keep_alive_through_to_the_bench_backend(bench_bin: Pa
             assert body == b"x" * 1024
 
 
+def test_relay_on_two_loops_serves_concurrent_keep_alive_connections(bench_bin: Path, spawn) -> None:
+    backend, port = free_port(), free_port()
+    wait_accepting(backend, spawn(str(bench_bin), "backend", "--port", str(backend), "--threads", "1"))
+    wait_accepting(port, spawn(str(bench_bin), "relay", "--port", str(port), "--target", str(backend), "--threads", "2"))
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    try:
+        for _ in range(3):
+            for sock in socks:  # interleaved, so connections on both loops are live at once
+                sock.sendall(b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n")
+            for sock in socks:
+                data = b""
+                while not (b"\r\n\r\n" in data and len(data.partition(b"\r\n\r\n")[2]) >= 1024):
+                    chunk = sock.recv(65536)
+                    assert chunk, "the relay closed a keep-alive connection"
+                    data += chunk
+                assert data.startswith(b"HTTP/1.1 200") and data.partition(b"\r\n\r\n")[2] == b"x" * 1024
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.parametrize("threads", ["0", "65"])
+def test_relay_refuses_a_thread_count_out_of_range(bench_bin: Path, threads: str) -> None:
+    port = free_port()
+    done = subprocess.run([str(bench_bin), "relay", "--port", str(port), "--target", "1", "--threads", threads],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "--threads must be 1 to 64" in done.stderr
+    assert not port_accepts(port), "a refused relay must not listen"
+
+
 def test_relay_closes_a_client_it_cannot_connect_onwards(bench_bin: Path, spawn) -> None:
     nowhere, port = free_port(), free_port()
     relay = spawn(str(bench_bin), "relay", "--port", str(port), "--target", str(nowhere))
@@ -128,8 +159,12 @@ def test_relay_closes_a_client_it_cannot_connect_onwards(bench_bin: Path, spawn)
     assert relay.poll() is None, "one failed connection must not stop the relay"
 
 
+def latency_row(p50: float) -> dict:
+    return {"p50_us": p50, "p99_us": p50 * 2, "max_us": p50 * 3, "count": 100}
+
+
 def results_with_floors() -> dict:
-    latency = lambda p50: {"p50_us": p50, "p99_us": p50 * 2, "max_us": p50 * 3, "count": 100}  # noqa: E731
+    latency = latency_row
     return {
         "machine": {"cpu": "test", "cores": 2, "memory_gib": 1, "kernel": "6", "versions": {}},
         "config": {"size_mib": 1, "latency_count": 100, "seconds": 1, "streams": 10, "revocations": 1},
@@ -157,6 +192,11 @@ def test_report_shows_the_floors_and_puts_them_next_to_the_targets_they_bound() 
     assert "| relay x1 (NIO) | 130 | 70 | 44,000 |" in text
     assert "400 µs vs 160 µs (three relays that only copy bytes: 191 µs)" in text
     assert "0.75× (a plain NIO relay: 1.10× of nginx's requests/s)" in text
+    two_loops = results_with_floors()
+    two_loops["floors"]["relay x1 (NIO, 2 loops)"] = {"latency": latency_row(140), "rps": 50000}
+    text = report.render(two_loops)
+    assert "| relay x1 (NIO, 2 loops) | 140 | 80 | 50,000 |" in text
+    assert "(a plain NIO relay: 1.10× of nginx's requests/s; on 2 loops, as nginx has 2 workers: 1.25×)" in text
     without = results_with_floors()
     del without["floors"]
     assert "### Floors" not in report.render(without)
@@ -257,6 +297,12 @@ def test_report_shows_the_app_path_and_judges_its_targets() -> None:
     judged = [line for line in missed.splitlines() if line.startswith("| the app's path")]
     assert len(judged) == 2 and all("not met" in line for line in judged), judged
     assert "### The app's own path" not in report.render(results_with_floors())
+    # The two-hop NIO floor (the app path's shape with nothing but copying) is shown beside the judged figure.
+    floored = results_with_app(app_added=300, app_down=300)
+    floored["app"]["relay x2 (NIO)"] = {"latency": {"p50Microseconds": 250}, "latency_new_connection": {"p50Microseconds": 700}}
+    text = report.render(floored)
+    assert "| relay x2 (NIO) | 250 | 170 | 700 | 400 | – | – | – |" in text
+    assert "(two SwiftNIO relays that only copy bytes, the app path's shape without TLS, HTTP/2 or records: 170 µs)" in text
 
 
 def test_a_run_keeps_what_it_did_not_measure() -> None:

@@ -454,9 +454,9 @@ LogLevel ERROR
 # "relay x2 (socat)" has the shape of `ssh -R` (sshd + ssh), "relay x3 (socat)" the shape of the overlay (tunnel,
 # controller, gateway); "relay x3 (NIO)" is three plain SwiftNIO relays (`ils-bench relay`: no TLS, no HTTP/2, no
 # records), and "relay x1 (NIO)" the least a proxy on SwiftNIO costs per request (it parses nothing).
-FLOORS = {"relay x2 (socat)": ("socat", 2), "relay x3 (socat)": ("socat", 3), "relay x3 (NIO)": ("nio", 3),
-          "relay x1 (NIO)": ("nio", 1)}
-FLOOR_RPS = "relay x1 (NIO)"
+FLOORS = {"relay x2 (socat)": ("socat", 2), "relay x3 (socat)": ("socat", 3), "relay x2 (NIO)": ("nio", 2),
+          "relay x3 (NIO)": ("nio", 3), "relay x1 (NIO)": ("nio", 1), "relay x1 (NIO, 2 loops)": ("nio2", 1)}
+FLOOR_RPS = ("relay x1 (NIO)", "relay x1 (NIO, 2 loops)")
 
 
 def start_floors(s: Setup) -> None:
@@ -468,7 +468,8 @@ def start_floors(s: Setup) -> None:
                 args = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay",
                         f"TCP:127.0.0.1:{target},nodelay"]
             else:
-                args = [str(s.bench), "relay", "--port", str(port), "--target", str(target)]
+                args = [str(s.bench), "relay", "--port", str(port), "--target", str(target),
+                        "--threads", "2" if kind == "nio2" else "1"]
             proc = start(args, s.work / f"floor-{kind}-{hops}-{hop}.log", s.work)
             wait_port(port, proc)
             s.procs[f"{name} #{hop}"] = proc
@@ -658,7 +659,8 @@ def app_path(s: Setup, args: argparse.Namespace, floors: bool) -> dict:
         "app": f"overlay:{s.work / 'identities' / 'bench-app.json'}:{APP_SERVICE}",
     }
     if floors:
-        targets.update({name: f"tcp:{s.paths[name].port}" for name in ("relay x2 (socat)", "relay x3 (socat)")})
+        targets.update({name: f"tcp:{s.paths[name].port}"
+                        for name in ("relay x2 (socat)", "relay x3 (socat)", "relay x2 (NIO)")})
     rows: dict = {name: {} for name in targets}
     count = str(args.latency_count)
     for name, target in targets.items():
@@ -1087,7 +1089,7 @@ def main() -> int:
         if floor or want("latency"):
             row["latency"] = latency(p, args.latency_count)
             print(f"   latency p50 {row['latency']['p50_us']:.0f} us, p99 {row['latency']['p99_us']:.0f} us", flush=True)
-        if (name == FLOOR_RPS) if floor else want("rps"):
+        if (name in FLOOR_RPS) if floor else want("rps"):
             row["rps"], row["rps_cpu"] = rps_with_cpu(s, p, args.seconds)
             cpu = row["rps_cpu"]
             print(f"   {row['rps']:.0f} requests/s (32 keep-alive connections); per request: "
