@@ -72,6 +72,7 @@ struct TLSRecordCoalescerTests {
         #expect(below.writes == [ByteBuffer(bytes: [1, 2, 3]), ByteBuffer(bytes: [4, 5])])
         #expect(throws: ChannelError.self) { try failed.futureResult.wait() }
         #expect(throws: ChannelError.self) { try alsoFailed.futureResult.wait() }
+        _ = try channel.finish(acceptAlreadyClosed: true)
     }
 
     @Test("writes held when the handler is removed are passed on, none lost")
