@@ -453,14 +453,16 @@ LogLevel ERROR
 # Reference relays that do nothing but copy bytes: what the hops of a path cost before any work is done in them.
 # "relay x2 (socat)" has the shape of `ssh -R` (sshd + ssh), "relay x3 (socat)" the shape of the overlay (tunnel,
 # controller, gateway); "relay x3 (NIO)" is three plain SwiftNIO relays (`ils-bench relay`: no TLS, no HTTP/2, no
-# records), and "relay x1 (NIO)" the least a proxy on SwiftNIO costs per request (it parses nothing).
-FLOORS = {"relay x2 (socat)": ("socat", 2), "relay x3 (socat)": ("socat", 3), "relay x2 (NIO)": ("nio", 2),
-          "relay x3 (NIO)": ("nio", 3), "relay x1 (NIO)": ("nio", 1), "relay x1 (NIO, 2 loops)": ("nio2", 1)}
+# records), "relay x2 (NIO)" two of them (the app's path's shape, beside it in the app section), and "relay x1 (NIO)"
+# the least a proxy on SwiftNIO costs per request (it parses nothing), on one event loop and on two (one per core,
+# as nginx's workers). Each entry: (kind, hops, event loops per NIO relay).
+FLOORS = {"relay x2 (socat)": ("socat", 2, 0), "relay x3 (socat)": ("socat", 3, 0), "relay x2 (NIO)": ("nio", 2, 1),
+          "relay x3 (NIO)": ("nio", 3, 1), "relay x1 (NIO)": ("nio", 1, 1), "relay x1 (NIO, 2 loops)": ("nio", 1, 2)}
 FLOOR_RPS = ("relay x1 (NIO)", "relay x1 (NIO, 2 loops)")
 
 
 def start_floors(s: Setup) -> None:
-    for name, (kind, hops) in FLOORS.items():
+    for name, (kind, hops, loops) in FLOORS.items():
         target = s.backend_port
         for hop in range(hops):
             port = free_port()
@@ -469,8 +471,8 @@ def start_floors(s: Setup) -> None:
                         f"TCP:127.0.0.1:{target},nodelay"]
             else:
                 args = [str(s.bench), "relay", "--port", str(port), "--target", str(target),
-                        "--threads", "2" if kind == "nio2" else "1"]
-            proc = start(args, s.work / f"floor-{kind}-{hops}-{hop}.log", s.work)
+                        "--threads", str(loops)]
+            proc = start(args, s.work / f"floor-{kind}-{hops}-{loops}-{hop}.log", s.work)
             wait_port(port, proc)
             s.procs[f"{name} #{hop}"] = proc
             target = port
