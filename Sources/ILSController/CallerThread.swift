@@ -17,7 +17,16 @@ package enum CallerThread {
     /// has signalled but not yet torn down its closure context still holds the answer (a `Data` in an enum, whose
     /// pointer Swift stores with tag bits that LeakSanitizer cannot read), and its storage was reported as leaked
     /// (CI of stop 31: 125 bytes; here: a reissue answer's 818 bytes, never on replay).
+    ///
+    /// Called from a task it would hold one of the cooperative pool's few threads (two on a 2-core machine) for as
+    /// long as the work takes, while that work needs a pool thread itself: the whole process then runs on what is
+    /// left. A test that did so stalled every other task of the suite for up to 15 s under AddressSanitizer (CI of
+    /// stop 34), so this refuses outright.
     package static func wait<Answer: Sendable>(_ body: @escaping @Sendable () async -> Answer) -> Answer {
+        precondition(
+            withUnsafeCurrentTask { $0 == nil },
+            "CallerThread.wait blocks its thread: call it from a thread of its own, never from a task"
+        )
         var job = Job(body)
         Task { [job] in await job.run() }
         job.answered.wait()

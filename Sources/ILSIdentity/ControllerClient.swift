@@ -213,7 +213,12 @@ public struct ControllerClient: Sendable {
         )
         if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: body))), promise: nil) }
         channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
-        let timeout = channel.eventLoop.scheduleTask(in: self.timeout) { channel.close(promise: nil) }
+        // Set when this deadline, not the controller, ended the connection: "closed early" would blame the controller.
+        let timedOut = NIOLockedValueBox(false)
+        let timeout = channel.eventLoop.scheduleTask(in: self.timeout) {
+            timedOut.withLockedValue { $0 = true }
+            channel.close(promise: nil)
+        }
         defer { timeout.cancel() }
         do {
             let response = try await collector.future(on: channel.eventLoop).get()
@@ -224,8 +229,21 @@ public struct ControllerClient: Sendable {
                 // The chain did not lead to the CA the token pins: this is not the controller the token names.
                 throw EnrollmentRefusal.caMismatch.error
             }
+            if timedOut.withLockedValue({ $0 }) {
+                throw ILSError(
+                    .unavailable,
+                    "the controller at \(address) did not answer within \(Self.seconds(self.timeout))"
+                )
+            }
             throw ILSError(.unavailable, "the controller at \(address) did not answer: \(Self.describe(error))")
         }
+    }
+
+    /// "10 s", "1.5 s": a deadline as an error message names it.
+    static func seconds(_ amount: TimeAmount) -> String {
+        let milliseconds = amount.nanoseconds / 1_000_000
+        if milliseconds % 1000 == 0 { return "\(milliseconds / 1000) s" }
+        return "\(Double(milliseconds) / 1000) s"
     }
 
     private func makeSSLContext() throws(ILSError) -> NIOSSLContext {

@@ -25,9 +25,16 @@ final class ResponseCollector: ChannelInboundHandler {
         }
     }
 
-    enum Failure: Error {
+    enum Failure: Error, CustomStringConvertible {
         case tooLarge
         case closedEarly
+
+        var description: String {
+            switch self {
+            case .tooLarge: "its answer was larger than \(ControllerClient.maximumResponseBytes) bytes"
+            case .closedEarly: "it closed the connection before a whole answer"
+            }
+        }
     }
 
     private let box: Box

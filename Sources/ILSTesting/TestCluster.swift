@@ -131,8 +131,11 @@ public final class TestCluster: @unchecked Sendable {
     }
 
     /// The admin API, as the admin identity `init` wrote.
+    /// Its deadline stretches with `TestTiming`, as a sanitizer slows the controller it waits for.
     public func admin() throws -> ControllerClient {
-        try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
+        var client = try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
+        client.timeout = TestTiming.scaled(client.timeout)
+        return client
     }
 
     /// Creates and enrolls an identity through the admin API and the real enrollment client.
@@ -165,7 +168,7 @@ public final class TestCluster: @unchecked Sendable {
             identity: try await enroll(name, role: .gateway, attributes: attributes),
             service: service
         )
-        guard await Self.eventually(.seconds(10), { gateway.isHosting }) else {
+        guard await Self.eventually(TestTiming.scaled(.seconds(10)), { gateway.isHosting }) else {
             throw ILSError(.unavailable, "gateway never hosted")
         }
         return backend
@@ -303,8 +306,11 @@ public final class TestCluster: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Polls `condition` every 20 ms for up to `limit`.
-    public static func eventually(_ limit: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    /// Polls `condition` every 20 ms for up to `limit` (by default 10 s, stretched by `TestTiming`).
+    public static func eventually(
+        _ limit: Duration = TestTiming.scaled(Duration.seconds(10)),
+        _ condition: () -> Bool
+    ) async -> Bool {
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         while clock.now < deadline {

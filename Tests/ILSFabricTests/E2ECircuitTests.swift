@@ -93,7 +93,7 @@ struct E2ECircuitTests {
     func sseThroughCircuit() async throws {
         try await CircuitFixture.with { fixture in
             let connection = try await fixture.connect()
-            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=100")
+            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=\(TestTiming.scaled(milliseconds: 100))")
             #expect(try await connection.readHead().status == 200)
             let first = try #require(try await connection.readBodyPart())
             #expect(String(buffer: first).contains("\"index\": 0"))

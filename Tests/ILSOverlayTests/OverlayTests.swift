@@ -38,7 +38,7 @@ struct OverlayTests {
     func sseThroughOverlay() async throws {
         try await withCluster { cluster in
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
-            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=100")
+            try await connection.sendRequest("GET", "/sse?n=20&interval_ms=\(TestTiming.scaled(milliseconds: 100))")
             #expect(try await connection.readHead().status == 200)
             let first = try #require(try await connection.readBodyPart())
             #expect(String(buffer: first).contains("\"index\": 0"))

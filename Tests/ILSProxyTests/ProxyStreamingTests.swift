@@ -29,7 +29,11 @@ struct ProxyStreamingTests {
     func nonSSEStreamIsNotBuffered() async throws {
         try await ProxyFixture.with { fixture in
             let connection = try await fixture.connect()
-            try await connection.sendRequest("POST", "/plain?n=20&interval_ms=100", body: ByteBuffer(string: "{}"))
+            try await connection.sendRequest(
+                "POST",
+                "/plain?n=20&interval_ms=\(TestTiming.scaled(milliseconds: 100))",
+                body: ByteBuffer(string: "{}")
+            )
             let head = try await connection.readHead()
             #expect(head.header("content-type") == "application/octet-stream")
             let first = try #require(try await connection.readBodyPart())
