@@ -11,6 +11,12 @@ public struct ConsoleConfiguration: Sendable {
     /// `Host` values accepted besides loopback ones (the name the console is hosted as in the overlay, say): any
     /// other is refused with 421, which is what stops DNS rebinding.
     public var allowedHosts: [String]
+    /// How long a client may take over what it sends (`ConsoleDeadlines`).
+    public var deadlines = ConsoleDeadlines()
+    /// Connections open at once, all clients together and from one address. A console serves a few admins' browsers
+    /// (six connections each at most); the caps bound what a client that opens many can hold.
+    public var maximumConnections = 64
+    public var maximumConnectionsPerSource = 16
 
     public init(
         host: String = "127.0.0.1",
@@ -41,6 +47,16 @@ public struct ConsoleConfiguration: Sendable {
         }
         guard (0...65535).contains(port) else {
             throw ILSError(.invalidArgument, "the port must be between 0 and 65535")
+        }
+        guard maximumConnections > 0 else { throw ILSError(.invalidArgument, "--max-connections must be at least 1") }
+        guard maximumConnectionsPerSource > 0 else {
+            throw ILSError(.invalidArgument, "--max-connections-per-source must be at least 1")
+        }
+        for (flag, amount) in [
+            ("--request-head-timeout", deadlines.firstHead), ("--request-body-timeout", deadlines.body),
+            ("the idle timeout", deadlines.idle),
+        ] where amount.nanoseconds <= 0 {
+            throw ILSError(.invalidArgument, "\(flag) must be longer than 0")
         }
         for host in allowedHosts {
             guard host.utf8.count <= 253, !host.isEmpty,

@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
 public import ILSCore
+import ILSFabric
 public import Logging
 import NIOCore
 import NIOSSL
@@ -31,15 +32,8 @@ public struct ConsoleServer: Sendable {
         router.add(middleware: ConsoleGuard(sessions: sessions, configuration: configuration, logger: logger))
         ConsolePages(calls: calls, sessions: sessions, configuration: configuration, library: library, logger: logger)
             .register(on: router)
-        // A connection idle for 30 s is closed; a form body has 10 s (`ConsoleGuard.collectForm`).
-        let http: HTTPServerBuilder = .http1(configuration: .init(idleTimeout: .seconds(30)))
-        let server: HTTPServerBuilder
-        if let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath {
-            server = try .tls(http, tlsConfiguration: try Self.tls(certificate: certificate, key: key))
-        } else {
-            server = http
-        }
         let configuration = self.configuration
+        let server = try Self.serverBuilder(configuration, logger: logger)
         let sessions = self.sessions
         let logger = self.logger
         let app = Application(
@@ -59,6 +53,37 @@ public struct ConsoleServer: Sendable {
             logger: logger
         )
         try await app.runService()
+    }
+
+    /// HTTP/1 (inside TLS when configured) behind the connection caps, with `ConsoleDeadlines` on every connection.
+    /// Hummingbird's idle timeout (30 s without a read) stays as a backstop; a form body also has 10 s of its own
+    /// (`ConsoleGuard.collectForm`).
+    static func serverBuilder(_ configuration: ConsoleConfiguration, logger: Logger) throws -> HTTPServerBuilder {
+        let deadlines = configuration.deadlines
+        let http = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [ConsoleDeadlineHandler(deadlines: deadlines)],
+            idleTimeout: .seconds(30)
+        )
+        let limiter = ConnectionLimiter(
+            limits: .init(total: configuration.maximumConnections, perSource: configuration.maximumConnectionsPerSource)
+        )
+        guard let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath else {
+            return HTTPServerBuilder { responder in
+                ConsoleChildChannel(
+                    base: HTTP1Channel(responder: responder, configuration: http),
+                    limiter: limiter,
+                    logger: logger
+                )
+            }
+        }
+        let tls = try Self.tls(certificate: certificate, key: key)
+        return HTTPServerBuilder { responder in
+            ConsoleChildChannel(
+                base: try TLSChannel(HTTP1Channel(responder: responder, configuration: http), tlsConfiguration: tls),
+                limiter: limiter,
+                logger: logger
+            )
+        }
     }
 
     static func tls(certificate: String, key: String) throws(ILSError) -> TLSConfiguration {

@@ -30,8 +30,9 @@ final class HostControlHandler: ChannelInboundHandler {
     /// The event loop the gateway's connection is on, of how many.
     private let link: (loop: Int?, loops: Int)
     private let registration: Registration
-    /// Set once a policy-only link is accepted: from then on the gateway's DATA frames carry `CertificateCheck`s.
-    private var answersChecks = false
+    /// The service of an accepted policy-only link: from then on the gateway's DATA frames carry `CertificateCheck`s,
+    /// each answered with whether that service's dial policy allows the identity now.
+    private var checkedService: String?
     private var checkBuffer = ByteBuffer()
 
     /// A policy link's pending question bytes beyond this close the link: a check is about 150 bytes.
@@ -68,8 +69,8 @@ final class HostControlHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let payload = unwrapInboundIn(data)
-        if answersChecks {
-            readChecks(payload, context: context)
+        if let checkedService {
+            readChecks(payload, service: checkedService, context: context)
             return
         }
         guard case .headers(let answer) = payload,
@@ -131,7 +132,7 @@ final class HostControlHandler: ChannelInboundHandler {
         // gateway after the message: a circuit's stream is created on this loop, after this turn, so its head follows
         // the message on the wire, and the gateway knows the policy and which loop it is on before its first circuit
         // (it drops a link that landed on a loop it covers before any circuit).
-        answersChecks = accepted && policyOnly
+        checkedService = accepted && policyOnly ? service : nil
         let parent = context.channel.parent
         context.writeAndFlush(
             wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: refused)))
@@ -152,8 +153,10 @@ final class HostControlHandler: ChannelInboundHandler {
     }
 
     /// Answers each `CertificateCheck` line of a policy link from the store, as the relay checks each circuit: the
-    /// identity must exist, be active, and the certificate must be its current one.
-    private func readChecks(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
+    /// identity must exist, be active, and the certificate must be its current one. An allowed answer also says
+    /// whether `service`'s dial policy allows the identity now (the relay's own dial check), so the gateway need not
+    /// wait for a grant that is on its way.
+    private func readChecks(_ payload: HTTP2Frame.FramePayload, service: String, context: ChannelHandlerContext) {
         guard case .data(let frame) = payload, case .byteBuffer(var bytes) = frame.data else { return }
         checkBuffer.writeBuffer(&bytes)
         guard checkBuffer.readableBytes <= Self.maximumCheckBytes else {
@@ -168,8 +171,9 @@ final class HostControlHandler: ChannelInboundHandler {
             else { continue }
             let verdict: CertificateVerdict
             do {
-                _ = try controller.activeIdentity(id: check.id, fingerprint: check.fingerprint)
-                verdict = CertificateVerdict(verdict: check.check, allowed: true)
+                let identity = try controller.activeIdentity(id: check.id, fingerprint: check.fingerprint)
+                let dial = controller.state.identities.service(named: service)?.dial.allows(identity) ?? false
+                verdict = CertificateVerdict(verdict: check.check, allowed: true, dial: dial)
             } catch {
                 verdict = CertificateVerdict(verdict: check.check, allowed: false, reason: error.reason)
             }

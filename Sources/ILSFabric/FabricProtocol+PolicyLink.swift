@@ -34,10 +34,16 @@ public struct CertificateVerdict: Codable, Sendable {
     public var allowed: Bool
     /// Why not, when not allowed (a sentence for the client's refusal).
     public var reason: String?
+    /// With `allowed`: whether the link's service's dial policy allows the identity, as the controller's directory
+    /// holds it now. Fresher than the gateway's grant, which a new identity or a policy change reaches a moment after
+    /// the change (a device that dials straight after enrolling could otherwise meet a grant without it). Absent from
+    /// controllers before it: the gateway's grant then decides alone.
+    public var dial: Bool?
 
-    public init(verdict: Int, allowed: Bool, reason: String? = nil) {
+    public init(verdict: Int, allowed: Bool, reason: String? = nil, dial: Bool? = nil) {
         self.verdict = verdict
         self.allowed = allowed
         self.reason = reason
+        self.dial = dial
     }
 }

@@ -96,6 +96,15 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
         check(peer, context.eventLoop).assumeIsolated().whenSuccess { [self] result in
             guard case .checking = state, context.channel.isActive else { return }
             switch result {
+            case .allowed(dial: true) where denied != nil:
+                // The controller's directory is fresher than the grant: this identity was just created, or a policy
+                // just widened, and the grant saying so is on its way. It joins the grant now, so the connection is
+                // tracked like any other and a narrowing still ends it.
+                settings.policy.admitFromVerdict(peer.id)
+                finish(.allow(peer), context: context)
+            case .allowed(dial: false) where denied == nil:
+                // A narrowing whose grant has not arrived yet: the controller's answer is the newer one.
+                finish(Self.dialDenied(peer, service: settings.service), context: context)
             case .allowed, .unavailable:
                 // Unavailable: no link; the local decision (block list, dial policy) stands, within the grace.
                 finish(denied ?? .allow(peer), context: context)
@@ -243,15 +252,19 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             )
         }
         if case .deny = policy.decide(peer, service: service, hosted: service) {
-            return .refuse(
-                ProxyError(
-                    status: .forbidden,
-                    code: "dial_denied",
-                    reason: "Identity '\(peer.name)' may not use '\(service)'."
-                ),
-                identity: peer.name
-            )
+            return dialDenied(peer, service: service)
         }
         return .allow(peer)
+    }
+
+    static func dialDenied(_ peer: IdentityCertificate, service: String) -> Decision {
+        .refuse(
+            ProxyError(
+                status: .forbidden,
+                code: "dial_denied",
+                reason: "Identity '\(peer.name)' may not use '\(service)'."
+            ),
+            identity: peer.name
+        )
     }
 }

@@ -81,6 +81,18 @@ public final class GatewayPolicy: Sendable {
         return true
     }
 
+    /// Adds `identityID` to the grant in force from `controller`: that controller answered, for a connection's
+    /// certificate, that the service's dial policy allows the identity now, and its grant saying so is on its way (a
+    /// device that dials straight after it was created can get there first). The next grant replaces the set whole,
+    /// so a narrowing still takes the identity away. Without a grant from `controller` (roles decide) nothing changes.
+    package func admitFromVerdict(_ identityID: String, from controller: String = "") {
+        guard Self.couldBeID(identityID) else { return }
+        grants.withLockedValue { grants in
+            guard grants[controller] != nil else { return }
+            grants[controller]?.insert(identityID)
+        }
+    }
+
     /// Identity ids are lowercase UUIDs; anything outside the identity-name rules (1-64 of `A-Za-z0-9._-`) is not
     /// one, and is never stored or logged.
     static func couldBeID(_ id: String) -> Bool {

@@ -86,6 +86,17 @@ public final class HTTPModeServer: Service, Sendable {
         return false
     }
 
+    /// Replaces the grant in force with `identities`, as a grant the controller pushed would (tests: a grant that is
+    /// behind the controller's directory). Returns whether it was applied.
+    @discardableResult
+    package func applyGrant(_ identities: [String]) -> Bool {
+        guard let policy, let service = configuration.devices?.service else { return false }
+        return policy.updateGrant(
+            DialGrant(service: service, policy: "test", identities: identities),
+            hosted: service
+        )
+    }
+
     /// Whether the block list from the controller holds this identity (tests).
     public func blocks(identityID: String) -> Bool { policy?.blocks(identityID) ?? false }
 

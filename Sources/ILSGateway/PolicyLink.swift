@@ -32,7 +32,9 @@ import NIOPosix
 final class PolicyLink: Sendable {
     /// What the controller said about a client's certificate.
     enum CheckResult: Sendable, Equatable {
-        case allowed
+        /// The certificate is its identity's current one and the identity active; `dial` is whether the service's
+        /// dial policy allows it as the controller's directory holds it now (`nil` from a controller before that).
+        case allowed(dial: Bool?)
         case refused(reason: String)
         /// No link to ask over: the local decision stands.
         case unavailable
@@ -303,7 +305,9 @@ final class PolicyLink: Sendable {
     private func answer(_ verdict: CertificateVerdict) {
         let promise = state.withLockedValue { $0.checks.removeValue(forKey: verdict.verdict) }
         promise?.succeed(
-            verdict.allowed ? .allowed : .refused(reason: verdict.reason ?? "this identity certificate is not valid")
+            verdict.allowed
+                ? .allowed(dial: verdict.dial)
+                : .refused(reason: verdict.reason ?? "this identity certificate is not valid")
         )
     }
 

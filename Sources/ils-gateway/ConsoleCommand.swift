@@ -3,6 +3,7 @@ import ILSConfig
 import ILSConsole
 import ILSCore
 import ILSIdentity
+import NIOCore
 
 /// `ils-gateway admin console`: the browser console, acting as the admin identity it is given.
 struct ConsoleCommand: AsyncParsableCommand {
@@ -49,17 +50,46 @@ struct ConsoleCommand: AsyncParsableCommand {
     )
     var allowedHosts: [String] = []
 
+    @Option(
+        help: """
+            Most connections open at once; beyond it a new connection is closed as it is accepted, before TLS. \
+            Default: 64.
+            """
+    )
+    var maxConnections: Int = 64
+
+    @Option(help: "Most connections open at once from one IP address (a browser opens about 6). Default: 16.")
+    var maxConnectionsPerSource: Int = 16
+
+    @Option(
+        help: """
+            A connection's first request head must be complete this long after it is accepted (TLS handshake \
+            included), however slowly it trickles; a later request's within 30 s of the last answer. Then the \
+            connection is closed. Default: 10s.
+            """
+    )
+    var requestHeadTimeout: String = "10s"
+
+    @Option(
+        help: "A request's body must be complete this long after its head; then the connection is closed. Default: 10s."
+    )
+    var requestBodyTimeout: String = "10s"
+
     @OptionGroup var logOptions: LogOptions
 
     func run() async throws {
         let address = try HostPort(parsing: listen)
-        let configuration = ConsoleConfiguration(
+        var configuration = ConsoleConfiguration(
             host: address.host,
             port: address.port,
             tlsCertificatePath: tlsCertificate,
             tlsKeyPath: tlsKey,
             allowedHosts: allowedHosts
         )
+        configuration.maximumConnections = maxConnections
+        configuration.maximumConnectionsPerSource = maxConnectionsPerSource
+        configuration.deadlines.firstHead = try Self.duration(requestHeadTimeout, flag: "--request-head-timeout")
+        configuration.deadlines.body = try Self.duration(requestBodyTimeout, flag: "--request-body-timeout")
         try configuration.validate()
         let path = identityOption.identity ?? admin.identity ?? AdminCommand.defaultIdentity
         let calls = try AdminCalls(identityFile: try IdentityFileIO.read(path))
@@ -71,5 +101,11 @@ struct ConsoleCommand: AsyncParsableCommand {
         try await server.run { url in
             sayToStandardError("console for \(calls.actor): open \(url) (one use, 10 minutes)")
         }
+    }
+
+    private static func duration(_ text: String, flag: String) throws(ILSError) -> TimeAmount {
+        let span = try TimeSpan(parsing: text)
+        guard span.nanoseconds > 0 else { throw ILSError(.invalidArgument, "\(flag) must be longer than 0") }
+        return .nanoseconds(span.nanoseconds)
     }
 }

@@ -31,6 +31,27 @@ struct ConsoleConfigurationTests {
         #expect(throws: ILSError.self) { try ConsoleConfiguration(allowedHosts: [""]).validate() }
     }
 
+    @Test func capsAndDeadlinesMustBePositive() {
+        var configuration = ConsoleConfiguration()
+        configuration.maximumConnections = 0
+        #expect(
+            (#expect(throws: ILSError.self) { try configuration.validate() })?.reason.contains("--max-connections")
+                == true
+        )
+        configuration = ConsoleConfiguration()
+        configuration.maximumConnectionsPerSource = 0
+        #expect(
+            (#expect(throws: ILSError.self) { try configuration.validate() })?.reason
+                .contains("--max-connections-per-source") == true
+        )
+        configuration = ConsoleConfiguration()
+        configuration.deadlines.body = .zero
+        #expect(
+            (#expect(throws: ILSError.self) { try configuration.validate() })?.reason
+                .contains("--request-body-timeout") == true
+        )
+    }
+
     @Test func theHostCheckAcceptsLoopbackAndAllowedNamesOnly() {
         let guarding = ConsoleGuard(
             sessions: ConsoleSessions(),

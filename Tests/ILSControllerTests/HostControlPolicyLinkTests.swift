@@ -105,11 +105,63 @@ struct HostControlPolicyLinkTests {
             if policyOnly {
                 #expect(verdicts.map(\.verdict) == [1, 2, 3])
                 #expect(verdicts.map(\.allowed) == [admin.certificateFingerprint != nil, false, false])
+                // The dial decision comes with an allowed answer only: the service's dial policy leaves admins out.
+                #expect(verdicts.map(\.dial) == [false, nil, nil])
             } else {
                 #expect(verdicts.isEmpty)
             }
             _ = try? channel.finish()
         }
+    }
+
+    @Test("a check's dial decision follows the service's dial policy as the directory holds it at the check")
+    func dialDecisionFollowsThePolicy() async throws {
+        let (state, directory) = try await temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let admin = try #require(try await state.store.identities().first { $0.role == .admin })
+        let controller = Controller(state: state)
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(
+            HostControlHandler(
+                gateway: gatewayRecord(),
+                controller: controller,
+                link: (0, 1),
+                registration: .separate(subscribe: { _ in }, host: { _ in })
+            )
+        )
+        try channel.writeInbound(
+            HTTP2Frame.FramePayload.headers(
+                .init(headers: [
+                    ":status": "200", FabricProtocol.serviceHeader: "claude-api",
+                    FabricProtocol.linkPurposeHeader: FabricProtocol.policyLink,
+                ])
+            )
+        )
+        while try channel.readOutbound(as: HTTP2Frame.FramePayload.self) != nil {}
+        func ask(_ number: Int) throws -> CertificateVerdict? {
+            let check = CertificateCheck(check: number, id: admin.id, fingerprint: admin.certificateFingerprint ?? "")
+            var line = try JSONEncoder().encode(check)
+            line.append(UInt8(ascii: "\n"))
+            try channel.writeInbound(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line)))))
+            guard case .data(let data) = try channel.readOutbound(as: HTTP2Frame.FramePayload.self),
+                case .byteBuffer(let body) = data.data
+            else { return nil }
+            return try JSONDecoder().decode(CertificateVerdict.self, from: Data(String(buffer: body).utf8.dropLast()))
+        }
+        #expect(try ask(1)?.dial == false)
+        let service = try #require(state.identities.service(named: "claude-api"))
+        _ = try await controller.updateService(
+            named: "claude-api",
+            ControllerAPI.ServiceRequest(
+                dial: .init(semantic: .anyOf, tokens: ["role:device", "role:admin"]),
+                revision: service.revision
+            ),
+            actor: "test"
+        )
+        let widened = try ask(2)
+        #expect(widened?.allowed == true)
+        #expect(widened?.dial == true)
+        _ = try? channel.finish()
     }
 
     @Test("a hosting link is registered for pushes and circuits, as before")

@@ -161,6 +161,46 @@ struct HTTPModeDeviceTests {
         }
     }
 
+    /// The controller's answer to the certificate check carries its dial decision, fresher than the grant: a device
+    /// that dials straight after it was created may get there before the grant that holds it.
+    @Test("a device the grant in force does not hold yet gets in when the controller says it may dial, and joins it")
+    func verdictAdmitsBeforeTheGrant() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let laptop = try await fixture.cluster.enroll("laptop", role: .device)
+            #expect(await TestCluster.eventually { fixture.server.admits(certificatePEM: laptop.certificate) })
+            // The grant as it was before the device existed.
+            #expect(fixture.server.applyGrant([]))
+            #expect(!fixture.server.admits(certificatePEM: laptop.certificate))
+            let connection = try await fixture.connect(as: laptop)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
+            _ = try await connection.readBody()
+            // Admitted into the grant, so the connection is tracked (a narrowing would end it) and stays open.
+            #expect(fixture.server.admits(certificatePEM: laptop.certificate))
+            #expect(fixture.server.identifiedConnections == 1)
+            try await connection.sendRequest("GET", "/health")
+            #expect(try await connection.readHead().status == 200)
+            await connection.close()
+        }
+    }
+
+    @Test("an identity a stale grant still holds is refused (dial_denied) when the controller says it may not dial")
+    func verdictRefusesAStaleGrant() async throws {
+        try await HTTPModeDeviceFixture.with { fixture in
+            let gateway = try await fixture.cluster.enroll("other-gw", role: .gateway)
+            // A grant that is behind a narrowing: it still holds an identity the dial policy leaves out.
+            #expect(fixture.server.applyGrant([gateway.identity.id]))
+            #expect(fixture.server.admits(certificatePEM: gateway.certificate))
+            let connection = try await fixture.connect(as: gateway)
+            try await connection.sendRequest("GET", "/health")
+            let head = try await connection.readHead()
+            #expect(head.status == 403)
+            #expect(String(buffer: try await connection.readBody()).contains("\"code\":\"dial_denied\""))
+            #expect(await connection.isClosedByPeer())
+            #expect(fixture.backend.record.connectionsAccepted == 0)
+        }
+    }
+
     @Test("revoking a device cuts its live stream and its keep-alive connection, and refuses it afterwards")
     func revokedDevice() async throws {
         try await HTTPModeDeviceFixture.with { fixture in

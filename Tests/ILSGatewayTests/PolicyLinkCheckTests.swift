@@ -81,11 +81,11 @@ struct PolicyLinkCheckTests {
         try stream.writeInbound(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line)))))
     }
 
-    @Test("the controller's verdict decides: allowed, or refused with its reason")
+    @Test("the controller's verdict decides: allowed with its dial decision (absent from older ones), or refused")
     func verdicts() throws {
         let setup = try bound()
         let result = NIOLockedValueBox<[PolicyLink.CheckResult]>([])
-        for allowed in [true, false] {
+        for (allowed, dial) in [(true, true), (true, false), (true, nil), (false, nil)] as [(Bool, Bool?)] {
             setup.link.check(setup.peer, on: setup.loop).whenSuccess { value in
                 result.withLockedValue { $0.append(value) }
             }
@@ -93,11 +93,20 @@ struct PolicyLinkCheckTests {
             #expect(check.id == setup.peer.id && check.fingerprint == setup.peer.fingerprint)
             try answer(
                 setup.stream,
-                CertificateVerdict(verdict: check.check, allowed: allowed, reason: allowed ? nil : "no longer valid")
+                CertificateVerdict(
+                    verdict: check.check,
+                    allowed: allowed,
+                    reason: allowed ? nil : "no longer valid",
+                    dial: dial
+                )
             )
             setup.loop.run()
         }
-        #expect(result.withLockedValue { $0 } == [.allowed, .refused(reason: "no longer valid")])
+        #expect(
+            result.withLockedValue { $0 } == [
+                .allowed(dial: true), .allowed(dial: false), .allowed(dial: nil), .refused(reason: "no longer valid"),
+            ]
+        )
         _ = try? setup.stream.finish()
     }
 

@@ -743,7 +743,7 @@ _ils-gateway_admin_console() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=(--allowed-host)
-    non_repeating_options=(--identity --listen --tls-cert --tls-key --log-level --log-format)
+    non_repeating_options=(--identity --listen --tls-cert --tls-key --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --log-level --log-format)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -761,6 +761,18 @@ _ils-gateway_admin_console() {
         return
         ;;
     '--allowed-host')
+        return
+        ;;
+    '--max-connections')
+        return
+        ;;
+    '--max-connections-per-source')
+        return
+        ;;
+    '--request-head-timeout')
+        return
+        ;;
+    '--request-body-timeout')
         return
         ;;
     '--log-level')
