@@ -25,7 +25,12 @@ struct ConsoleChildChannel<Base: ServerChildChannel>: ServerChildChannel {
         case .admitted:
             let limiter = self.limiter
             channel.closeFuture.whenComplete { _ in limiter.release(source: source) }
-            return base.setup(channel: channel, logger: logger)
+            // A failed setup is dropped by NIO's async accept without a close: closed here, or its descriptor and its
+            // slot in the caps would be held for good.
+            return base.setup(channel: channel, logger: logger).flatMapErrorThrowing { error in
+                channel.close(promise: nil)
+                throw error
+            }
         case .refused(let refusal):
             if refusal.logged {
                 self.logger.warning(

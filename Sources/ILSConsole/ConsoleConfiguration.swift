@@ -54,7 +54,7 @@ public struct ConsoleConfiguration: Sendable {
         }
         for (flag, amount) in [
             ("--request-head-timeout", deadlines.firstHead), ("--request-body-timeout", deadlines.body),
-            ("the idle timeout", deadlines.idle),
+            ("the idle timeout", deadlines.idle), ("the unread-answer timeout", deadlines.unread),
         ] where amount.nanoseconds <= 0 {
             throw ILSError(.invalidArgument, "\(flag) must be longer than 0")
         }

@@ -11,12 +11,19 @@ public struct ConsoleDeadlines: Sendable, Hashable {
     public var body: TimeAmount
     /// From the end of the last response to the next request's complete head (a keep-alive connection at rest).
     public var idle: TimeAmount
+    /// How long an answer may wait on a client that does not read it (the connection stays unwritable).
+    public var unread: TimeAmount
 
-    public init(firstHead: TimeAmount = .seconds(10), body: TimeAmount = .seconds(10), idle: TimeAmount = .seconds(30))
-    {
+    public init(
+        firstHead: TimeAmount = .seconds(10),
+        body: TimeAmount = .seconds(10),
+        idle: TimeAmount = .seconds(30),
+        unread: TimeAmount = .seconds(30)
+    ) {
         self.firstHead = firstHead
         self.body = body
         self.idle = idle
+        self.unread = unread
     }
 }
 
@@ -25,7 +32,11 @@ public struct ConsoleDeadlines: Sendable, Hashable {
 ///
 /// The client owes bytes in two states only: before a request's head is complete (the first head, or the next one
 /// after the last response) and between a head and the end of its body. While the console works on a complete
-/// request, or writes its answer, there is no deadline: the answer's pace is the console's own.
+/// request there is no deadline: that pace is the console's own (its admin API calls have deadlines of their own).
+/// A client that stops reading the answer is a separate bound (`ConsoleDeadlines.unread`, kept by the handler).
+///
+/// Pipelined requests are read as they come (Hummingbird's pipelining assistance is off), so a pipelining client's
+/// later body can be held back by the server's own backpressure and meet its deadline; browsers do not pipeline.
 struct ConsoleDeadlineMachine: Sendable {
     enum Action: Equatable, Sendable {
         /// (Re)arm the timer for this long from now.
@@ -99,11 +110,15 @@ final class ConsoleDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     typealias OutboundOut = HTTPResponsePart
 
     private var machine: ConsoleDeadlineMachine
+    private let unread: TimeAmount
     private var timer: Scheduled<Void>?
     private var generation = 0
+    /// Set while the connection is unwritable: the client is not reading what the console writes.
+    private var unreadTimer: Scheduled<Void>?
 
     init(deadlines: ConsoleDeadlines) {
         machine = ConsoleDeadlineMachine(deadlines: deadlines)
+        unread = deadlines.unread
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -111,14 +126,33 @@ final class ConsoleDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        cancelTimers()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        cancelTimers()
+        context.fireChannelInactive()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            unreadTimer?.cancel()
+            unreadTimer = nil
+        } else if unreadTimer == nil {
+            let channel = context.channel
+            unreadTimer = context.eventLoop.scheduleTask(in: unread) {
+                // Still unwritable, or it would have been cancelled: the answer is not being read.
+                channel.close(promise: nil)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func cancelTimers() {
         timer?.cancel()
         timer = nil
-        context.fireChannelInactive()
+        unreadTimer?.cancel()
+        unreadTimer = nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -98,9 +98,9 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             switch result {
             case .allowed(dial: true) where denied != nil:
                 // The controller's directory is fresher than the grant: this identity was just created, or a policy
-                // just widened, and the grant saying so is on its way. It joins the grant now, so the connection is
-                // tracked like any other and a narrowing still ends it.
-                settings.policy.admitFromVerdict(peer.id)
+                // just widened, and the grant saying so is on its way. `PolicyLink` added it to the grant in force as
+                // the answer came, so the connection is tracked like any other, and a narrowing that followed the
+                // answer has already taken it out again (`track` then closes the connection).
                 finish(.allow(peer), context: context)
             case .allowed(dial: false) where denied == nil:
                 // A narrowing whose grant has not arrived yet: the controller's answer is the newer one.

@@ -59,7 +59,8 @@ final class PolicyLink: Sendable {
         /// The control stream of the bound link, on which certificate checks go.
         var control: (any Channel)?
         var nextCheck = 0
-        var checks: [Int: EventLoopPromise<CheckResult>] = [:]
+        /// Unanswered checks: the promise, and the identity asked about.
+        var checks: [Int: (promise: EventLoopPromise<CheckResult>, identityID: String)] = [:]
         /// Open client connections by the fingerprint of the certificate they were admitted with.
         var admitted: [String: (peer: IdentityCertificate, channels: [ObjectIdentifier: any Channel])] = [:]
     }
@@ -170,9 +171,16 @@ final class PolicyLink: Sendable {
             }
             let open = state.withLockedValue { Array($0.admitted.values) }
             for (peer, channels) in open {
-                guard let loop = channels.values.first?.eventLoop,
-                    case .refused(let reason) = try? await check(peer, on: loop).get()
+                guard let loop = channels.values.first?.eventLoop, let result = try? await check(peer, on: loop).get()
                 else { continue }
+                let reason: String
+                switch result {
+                case .refused(let refusal): reason = refusal
+                // A narrowing ends these connections through the grant that carries it; this catches one whose grant
+                // this gateway never got.
+                case .allowed(dial: false): reason = "the service's dial policy no longer allows it"
+                case .allowed, .unavailable, .noAnswer: continue
+                }
                 logger.notice(
                     "closing connections of a certificate the controller no longer accepts",
                     metadata: ["identity": "\(peer.name)", "reason": "\(reason)", "connections": "\(channels.count)"]
@@ -231,7 +239,7 @@ final class PolicyLink: Sendable {
                     state.channel = nil
                     state.control = nil
                     defer { state.checks = [:] }
-                    return (state.outcome, Array(state.checks.values))
+                    return (state.outcome, state.checks.values.map(\.promise))
                 }
                 for promise in unanswered { promise.succeed(.unavailable) }
                 GatewayMetrics.connected.record(0)
@@ -279,7 +287,7 @@ final class PolicyLink: Sendable {
         let asked = state.withLockedValue { state -> (Int, any Channel)? in
             guard let control = state.control, case .bound? = state.outcome else { return nil }
             state.nextCheck += 1
-            state.checks[state.nextCheck] = promise
+            state.checks[state.nextCheck] = (promise, peer.id)
             return (state.nextCheck, control)
         }
         guard let (number, control) = asked,
@@ -292,7 +300,7 @@ final class PolicyLink: Sendable {
         }
         line.append(UInt8(ascii: "\n"))
         let timeout = eventLoop.scheduleTask(in: Self.checkTimeout) { [state] in
-            state.withLockedValue { $0.checks.removeValue(forKey: number) }?.succeed(.noAnswer)
+            state.withLockedValue { $0.checks.removeValue(forKey: number) }?.promise.succeed(.noAnswer)
         }
         promise.futureResult.whenComplete { _ in timeout.cancel() }
         control.writeAndFlush(
@@ -302,9 +310,14 @@ final class PolicyLink: Sendable {
         return promise.futureResult
     }
 
+    /// Called on the link's event loop, in the control stream's order. An identity the controller says may dial
+    /// joins the grant in force here, before any grant that follows the answer on the stream is applied: done later,
+    /// on the client connection's loop, it could undo a narrowing that arrived meanwhile.
     private func answer(_ verdict: CertificateVerdict) {
-        let promise = state.withLockedValue { $0.checks.removeValue(forKey: verdict.verdict) }
-        promise?.succeed(
+        guard let (promise, identityID) = state.withLockedValue({ $0.checks.removeValue(forKey: verdict.verdict) })
+        else { return }
+        if verdict.allowed, verdict.dial == true { policy.admitFromVerdict(identityID) }
+        promise.succeed(
             verdict.allowed
                 ? .allowed(dial: verdict.dial)
                 : .refused(reason: verdict.reason ?? "this identity certificate is not valid")

@@ -94,4 +94,31 @@ struct ConsoleDeadlineTests {
         #expect(!channel.isActive)
         _ = try? channel.finish()
     }
+
+    @Test("a client that stops reading an answer is cut after the unread deadline; one that reads again is not")
+    func handlerClosesAClientThatDoesNotRead() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(handler: ConsoleDeadlineHandler(deadlines: Self.deadlines), loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let head = HTTPRequest(method: .get, scheme: nil, authority: "127.0.0.1", path: "/audit")
+        try channel.writeInbound(HTTPRequestPart.head(head))
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        // The answer fills the socket: unwritable for 20 s, then read again. No deadline ran meanwhile.
+        channel.isWritable = false
+        channel.pipeline.fireChannelWritabilityChanged()
+        loop.advanceTime(by: .seconds(20))
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        loop.advanceTime(by: .seconds(20))
+        #expect(channel.isActive)
+        // Then the client stops reading for good.
+        channel.isWritable = false
+        channel.pipeline.fireChannelWritabilityChanged()
+        loop.advanceTime(by: .seconds(29))
+        #expect(channel.isActive)
+        loop.advanceTime(by: .seconds(1))
+        #expect(!channel.isActive)
+        _ = try? channel.finish()
+    }
 }

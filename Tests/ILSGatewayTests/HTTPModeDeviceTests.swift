@@ -188,6 +188,10 @@ struct HTTPModeDeviceTests {
     func verdictRefusesAStaleGrant() async throws {
         try await HTTPModeDeviceFixture.with { fixture in
             let gateway = try await fixture.cluster.enroll("other-gw", role: .gateway)
+            // The grant pushed after that creation must land before the stale one is put in force: a device created
+            // after it is pushed after it, so once the gateway admits that device, the earlier push has landed.
+            let probe = try await fixture.cluster.enroll("probe", role: .device)
+            #expect(await TestCluster.eventually { fixture.server.admits(certificatePEM: probe.certificate) })
             // A grant that is behind a narrowing: it still holds an identity the dial policy leaves out.
             #expect(fixture.server.applyGrant([gateway.identity.id]))
             #expect(fixture.server.admits(certificatePEM: gateway.certificate))

@@ -23,11 +23,12 @@ struct PolicyLinkCheckTests {
         let stream: EmbeddedChannel
         let loop: EmbeddedEventLoop
         let peer: IdentityCertificate
+        let policy: GatewayPolicy
     }
 
     /// A link bound on `stream` (control headers answered, dial policy received), and a device's certificate; with
     /// `bind` false, the stream is never opened.
-    func bound(bind: Bool = true) throws -> Setup {
+    func bound(bind: Bool = true, grant: [String]? = nil) throws -> Setup {
         let authority = try CertificateAuthority.create(name: "test CA")
         let (gatewayPEM, gatewayKey) = try TestIdentities.issue(authority, name: "web", role: .gateway)
         let identity = IdentityFile(
@@ -44,10 +45,11 @@ struct PolicyLinkCheckTests {
             caCertificate: authority.certificatePEM,
             privateKey: gatewayKey.privateKeyPEM
         )
+        let policy = GatewayPolicy()
         let link = try PolicyLink(
             identity: identity,
             service: "claude-api",
-            policy: GatewayPolicy(),
+            policy: policy,
             grace: .seconds(60),
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )
@@ -56,15 +58,27 @@ struct PolicyLinkCheckTests {
         let (devicePEM, _) = try TestIdentities.issue(authority, name: "laptop", role: .device)
         let der = try NIOSSLCertificate(bytes: Array(devicePEM.utf8), format: .pem).toDERBytes()
         let peer = try IdentityCertificate(der: der)
-        guard bind else { return Setup(link: link, stream: stream, loop: loop, peer: peer) }
+        guard bind else { return Setup(link: link, stream: stream, loop: loop, peer: peer, policy: policy) }
         try stream.writeInbound(
             HTTP2Frame.FramePayload.headers(.init(headers: [":method": "GET", ":path": FabricProtocol.controlPath]))
         )
-        var policy = try JSONEncoder().encode(HostControlMessage(dialRoles: [.device], blocked: []))
-        policy.append(UInt8(ascii: "\n"))
-        try stream.writeInbound(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: policy)))))
+        try push(
+            stream,
+            HostControlMessage(
+                dialRoles: [.device],
+                blocked: [],
+                dialGrant: grant.map { DialGrant(service: "claude-api", policy: "test", identities: $0) }
+            )
+        )
         while try stream.readOutbound(as: HTTP2Frame.FramePayload.self) != nil {}
-        return Setup(link: link, stream: stream, loop: loop, peer: peer)
+        return Setup(link: link, stream: stream, loop: loop, peer: peer, policy: policy)
+    }
+
+    /// A control message from the controller, as a JSON line on the control stream.
+    func push(_ stream: EmbeddedChannel, _ message: HostControlMessage) throws {
+        var line = try JSONEncoder().encode(message)
+        line.append(UInt8(ascii: "\n"))
+        try stream.writeInbound(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line)))))
     }
 
     /// The check line the link wrote on the control stream.
@@ -108,6 +122,37 @@ struct PolicyLinkCheckTests {
             ]
         )
         _ = try? setup.stream.finish()
+    }
+
+    /// The answer and the grants share the control stream; the identity joins the grant as the answer is read, so a
+    /// narrowing that follows the answer on the stream is applied after it and takes the identity out again.
+    @Test("an answer that the identity may dial puts it in the grant, in stream order: a narrowing after it wins")
+    func dialAnswerJoinsTheGrantInStreamOrder() throws {
+        for narrowedAfter in [false, true] {
+            let setup = try bound(grant: [])
+            let admits = { () -> Bool in
+                if case .allow = setup.policy.decide(setup.peer, service: "claude-api", hosted: "claude-api") {
+                    return true
+                }
+                return false
+            }
+            #expect(!admits())
+            setup.link.check(setup.peer, on: setup.loop).whenSuccess { _ in }
+            let check = try sentCheck(setup.stream)
+            try answer(setup.stream, CertificateVerdict(verdict: check.check, allowed: true, dial: true))
+            if narrowedAfter {
+                try push(
+                    setup.stream,
+                    HostControlMessage(
+                        blocked: [],
+                        dialGrant: DialGrant(service: "claude-api", policy: "test", identities: [])
+                    )
+                )
+            }
+            setup.loop.run()
+            #expect(admits() == !narrowedAfter)
+            _ = try? setup.stream.finish()
+        }
     }
 
     /// A linked controller that does not answer must not let the client in unchecked.
