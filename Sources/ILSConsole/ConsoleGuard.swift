@@ -76,14 +76,22 @@ struct ConsoleGuard: RouterMiddleware {
             guard let token = context.form["csrf"], ConsoleSessions.equal(token, session.csrf) else {
                 return refuse(request, "the form's CSRF token is missing or wrong")
             }
-            if let origin = request.headers[.origin], origin != self.origin(of: request) {
-                return refuse(request, "the request came from another origin")
-            }
-            if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin" {
-                return refuse(request, "the browser says the request is \(ControlCharacters.bounded(site, limit: 20))")
-            }
+            if let why = crossOrigin(request) { return refuse(request, why) }
         }
         return try await next(request, context)
+    }
+
+    /// Why a form post did not come from one of this console's own pages, or `nil`: an `Origin` that is not this
+    /// console's, or a `Sec-Fetch-Site` other than `same-origin` (a browser sends both; a header absent is no proof
+    /// either way, which the CSRF token or the login secret covers).
+    func crossOrigin(_ request: Request) -> String? {
+        if let origin = request.headers[.origin], origin != self.origin(of: request) {
+            return "the request came from another origin"
+        }
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin" {
+            return "the browser says the request is \(ControlCharacters.bounded(site, limit: 20))"
+        }
+        return nil
     }
 
     /// The form body, at most `limit` bytes and 10 s: a client that sends it slower is cut off.
@@ -144,7 +152,8 @@ struct ConsoleGuard: RouterMiddleware {
             + "frame-ancestors 'none'; base-uri 'none'"
         headers[.xContentTypeOptions] = "nosniff"
         // same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with a form, which the
-        // origin check must refuse. No secret is ever in a URL a page of this console is loaded from.
+        // origin check must refuse. The one page loaded from a URL with a secret (a login link opened from another
+        // site) sends its one request to the console itself, which made the secret.
         headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
         headers[.cacheControl] = "no-store"
         headers[HTTPField.Name("X-Frame-Options")!] = "DENY"

@@ -28,6 +28,7 @@ struct ConsolePages: Sendable {
             Self.asset(ConsoleAssets.javaScript, type: "text/javascript; charset=utf-8")
         }
         router.get("/login") { request, _ in signIn(request) }
+        router.post("/login") { request, context in try await confirmSignIn(request, context) }
         router.get("/signed-out") { _, _ in
             page(
                 "Signed out",
@@ -47,10 +48,42 @@ struct ConsolePages: Sendable {
 
     // MARK: Sign-in
 
+    /// A login link opened by a person in the browser (from a terminal, pasted, or from another page of this console)
+    /// signs in at once. Opened from another site, the session cookie (`SameSite=Strict`) would not come with the
+    /// redirect that follows, and the used link would land on "Not signed in"; without `Sec-Fetch-Site` it may be a
+    /// chat app's link preview, which must not use the link up. Both get a page with a button that posts the secret
+    /// back from this console's own origin, and the link stays unused until it is pressed.
     private func signIn(_ request: Request) -> Response {
         guard let secret = request.uri.queryParameters["t"].map(String.init), !secret.isEmpty else {
             return page("Sign in", "message", Self.refusal(.unknown), context: nil, status: .forbidden)
         }
+        let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!]
+        guard site == "none" || site == "same-origin" else {
+            if let refusal = sessions.check(secret) {
+                return page("Sign in", "message", Self.refusal(refusal), context: nil, status: .forbidden)
+            }
+            return page("Sign in", "login-confirm", ["secret": secret], context: nil)
+        }
+        return signIn(secret)
+    }
+
+    /// The button of `login-confirm`: a form from this console's own page, so the session cookie comes with the
+    /// redirect that follows.
+    private func confirmSignIn(_ request: Request, _ context: ConsoleContext) async throws -> Response {
+        var request = request
+        let form = FormFields.decode(String(buffer: try await ConsoleGuard.collectForm(&request, limit: 4096)))
+        let guarding = ConsoleGuard(sessions: sessions, configuration: configuration, logger: logger)
+        if let why = guarding.crossOrigin(request) {
+            logger.warning("console sign-in refused: \(why)")
+            return page("Sign in", "message", Self.refusal(.unknown), context: nil, status: .forbidden)
+        }
+        guard let secret = form["t"], !secret.isEmpty else {
+            return page("Sign in", "message", Self.refusal(.unknown), context: nil, status: .forbidden)
+        }
+        return signIn(secret)
+    }
+
+    private func signIn(_ secret: String) -> Response {
         switch sessions.signIn(with: secret) {
         case .failure(let refusal):
             logger.notice("console login link refused", metadata: ["reason": "\(refusal)"])

@@ -61,6 +61,17 @@ public final class ConsoleSessions: Sendable {
         return secret
     }
 
+    /// Why `secret` would be refused, or `nil` when it would open a session; consumes nothing (a link opened from
+    /// another site, or fetched by a chat app's link preview, is only shown a button until a person presses it).
+    public func check(_ secret: String) -> LoginRefusal? {
+        let now = clock()
+        return state.withLockedValue { state in
+            if state.usedLogins.contains(where: { Self.equal($0.secret, secret) && $0.expires > now }) { return .used }
+            guard let login = state.logins.first(where: { Self.equal($0.secret, secret) }) else { return .unknown }
+            return login.expires > now ? nil : .expired
+        }
+    }
+
     /// Consumes `secret` and opens a session, or says why not. Whatever the outcome, the secret cannot open a second.
     public func signIn(with secret: String) -> Result<Session, LoginRefusal> {
         let now = clock()

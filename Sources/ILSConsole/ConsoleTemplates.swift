@@ -15,7 +15,7 @@ enum ConsoleTemplates {
     static let all: [(String, String)] = [
         ("layout", layout), ("message", message), ("identities", identities), ("token", token),
         ("sessions", sessions), ("services", services), ("gateways", gateways), ("audit", audit),
-        ("login-link", loginLink),
+        ("login-link", loginLink), ("login-confirm", loginConfirm),
     ]
 
     static let layout = """
@@ -193,5 +193,11 @@ enum ConsoleTemplates {
         <p><img id="login-qr" class="qr" alt="login link QR code" src="data:image/png;base64,{{png}}"></p>
         <p><code id="login-link">{{link}}</code></p>
         <p class="muted">Path: <code id="login-path">{{path}}</code></p>
+        """
+
+    static let loginConfirm = """
+        <h1>Sign in to the console</h1>
+        <p>This login link was opened from another page. It signs this browser in once: press the button to use it.</p>
+        <form method="post" action="/login"><input type="hidden" name="t" value="{{secret}}"><button id="sign-in">Sign in</button></form>
         """
 }

@@ -25,6 +25,23 @@ struct ConsoleSessionsTests {
         #expect(sessions.sessionCount == 1)
     }
 
+    /// The check a link opened from another site (or a link preview) gets: it says what signing in would say, and
+    /// uses nothing.
+    @Test func checkingALinkUsesNothing() throws {
+        let clock = Clock()
+        let sessions = make(clock)
+        let secret = sessions.mintLogin()
+        #expect(sessions.check(secret) == nil)
+        #expect(sessions.check(secret) == nil)
+        #expect(sessions.sessionCount == 0)
+        _ = try sessions.signIn(with: secret).get()
+        #expect(sessions.check(secret) == .used)
+        #expect(sessions.check("no-such-secret") == .unknown)
+        let late = sessions.mintLogin()
+        clock.advance(601)
+        #expect(sessions.check(late) == .expired)
+    }
+
     @Test func anUnknownOrAlteredSecretOpensNothing() {
         let sessions = make(Clock())
         let secret = sessions.mintLogin()

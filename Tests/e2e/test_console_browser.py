@@ -80,6 +80,26 @@ def csrf(browser: Browser) -> str:
 # The tests run in file order: the first signs the desktop browser in, the others use that session.
 
 
+def serve_page(page: bytes) -> http.server.ThreadingHTTPServer:
+    """A page of another site (the browser reaches it as localhost, another site than the console's 127.0.0.1),
+    served until `shutdown()`. Threading: Chromium opens a spare connection that would hold up a one-at-a-time
+    server."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_login_url_works_once(setup: Setup) -> None:
     desktop = setup.desktop
     desktop.driver.get(setup.console.first_url)
@@ -214,19 +234,7 @@ def test_forged_changes_are_refused_and_change_nothing(setup: Setup) -> None:
         '<script>document.getElementById("f").submit()</script>'
     ).encode()
 
-    class Attacker(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    # Threading: Chromium opens a spare connection that would hold up a one-at-a-time server.
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Attacker)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_page(page)
     try:
         desktop.driver.get(f"http://localhost:{server.server_port}/")
         desktop.wait(lambda d: d.current_url.startswith(base))
@@ -238,6 +246,61 @@ def test_forged_changes_are_refused_and_change_nothing(setup: Setup) -> None:
     log = setup.console.full_log()
     assert "console change refused" in log
     assert token not in log and cookie not in log, "no secret in the console's log"
+
+
+def test_a_login_link_opened_from_another_site_signs_in_after_one_press(setup: Setup) -> None:
+    """A chat app or a web mail is another site: SameSite=Strict would withhold the new cookie from the redirect that
+    follows a sign-in there, and the used link would land on "Not signed in". Such a link (and one fetched without a
+    browser, as a link preview) gets a button instead and stays unused until it is pressed."""
+    desktop, base = setup.desktop, setup.console.base
+    desktop.driver.get(base + "/identities")
+    if desktop.driver.current_url != base + "/identities":
+        desktop.driver.get(setup.console.first_url)  # run alone: this browser signs in with the first link
+    preview = base + sign_in_another(desktop, base)
+    chat = base + sign_in_another(desktop, base)
+
+    # A link preview fetches the link without a browser's Sec-Fetch-Site: a page with a button, nothing used.
+    r = httpx.get(preview, follow_redirects=False, trust_env=False)
+    assert r.status_code == 200 and 'id="sign-in"' in r.text and "set-cookie" not in r.headers, r.text[:300]
+    visitor = Browser()
+    try:
+        visitor.driver.get(preview)
+        visitor.element("#identities")
+        assert visitor.driver.current_url == base + "/identities", "the previewed link still signed in"
+    finally:
+        visitor.quit()
+
+    page = f'<!doctype html><a id="go" href="{chat}">the console</a>'.encode()
+
+    server = serve_page(page)
+    other = Browser()
+    try:
+        # localhost is another site than the console's 127.0.0.1.
+        other.driver.get(f"http://localhost:{server.server_port}/")
+        other.element("#go").click()
+        button = other.element("#sign-in")
+        assert other.driver.get_cookie("ils_console") is None, "nothing is used before the press"
+        button.click()
+        other.element("#identities")
+        assert other.driver.current_url == base + "/identities"
+        assert other.driver.get_cookie("ils_console") is not None
+        # Used now: the same link again, from the same page, is refused.
+        other.driver.get(f"http://localhost:{server.server_port}/")
+        other.element("#go").click()
+        assert "used already" in other.element("main").text
+        assert [e for e in other.errors() if "status of 403" not in e] == []  # the refusal's own 403 aside
+    finally:
+        other.quit()
+        server.shutdown()
+    # A post of a secret from another origin is refused and uses nothing.
+    fresh = base + sign_in_another(desktop, base)
+    secret = fresh.split("t=", 1)[1]
+    r = httpx.post(base + "/login", data={"t": secret}, headers={"Origin": "http://localhost:1"},
+                   follow_redirects=False, trust_env=False)
+    assert r.status_code == 403 and "set-cookie" not in r.headers, r.text[:300]
+    r = httpx.get(fresh, follow_redirects=False, trust_env=False)
+    assert r.status_code == 200 and 'id="sign-in"' in r.text, "the refused post used the link up"
+    assert secret not in setup.console.full_log()
 
 
 def test_service_policy_edit_cuts_a_live_stream(setup: Setup) -> None:
@@ -377,7 +440,8 @@ def test_under_tls_the_cookie_is_secure_and_host_prefixed(setup: Setup, certs: C
         url = console.first_url
         assert url.startswith(f"https://127.0.0.1:{console.port}/login?t="), url
         with httpx.Client(verify=certs.client_context(), trust_env=False, follow_redirects=False) as client:
-            r = client.get(url)
+            # As a browser sends it for a link opened from a terminal (without it: the confirmation page).
+            r = client.get(url, headers={"Sec-Fetch-Site": "none"})
             assert r.status_code == 303 and r.headers["location"] == "/identities", r.text
             cookie = r.headers["set-cookie"]
             assert cookie.startswith("__Host-ils_console=") and "Secure" in cookie and "HttpOnly" in cookie, cookie
