@@ -44,6 +44,9 @@ enum ConsoleAssets {
     /// A confirmation before a change that cuts a device off, and a refresh of pages that show live state.
     static let javaScript = """
         "use strict";
+        // A login link opened from another site shows a button (login-confirm): the secret leaves the address bar
+        // and the history entry at once, and lives on in the form only.
+        if (document.getElementById("sign-in")) { history.replaceState(null, "", "/login"); }
         document.addEventListener("submit", (event) => {
           const question = event.target.getAttribute("data-confirm");
           if (question && !window.confirm(question)) { event.preventDefault(); }

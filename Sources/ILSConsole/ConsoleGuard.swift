@@ -10,7 +10,9 @@ import Logging
 ///    without one is sent to /signed-out (no secret in that URL); anything else is 403.
 /// 3. Every request that is not GET or HEAD must carry the session's CSRF token in its `csrf` form field, and, when the
 ///    browser sends them, an `Origin` equal to this console's and `Sec-Fetch-Site: same-origin`. Otherwise 403 and a
-///    log line. GET handlers never change anything.
+///    log line. The one exception is `POST /login` (the button of a login link opened from another site): it has no
+///    session yet, so it carries the login secret instead of a token and passes the same origin checks itself. GET
+///    handlers change nothing, but for `GET /login`, which uses a link a person opened.
 /// Every answer gets the security headers (a strict Content-Security-Policy, no caching, no framing, referrers only to
 /// this origin).
 struct ConsoleGuard: RouterMiddleware {
@@ -153,7 +155,8 @@ struct ConsoleGuard: RouterMiddleware {
         headers[.xContentTypeOptions] = "nosniff"
         // same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with a form, which the
         // origin check must refuse. The one page loaded from a URL with a secret (a login link opened from another
-        // site) sends its one request to the console itself, which made the secret.
+        // site) sends its requests (style, script, the button's post) to the console itself, which made the secret
+        // and logs no request URL or referrer; its script also takes the secret out of the address bar.
         headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
         headers[.cacheControl] = "no-store"
         headers[HTTPField.Name("X-Frame-Options")!] = "DENY"

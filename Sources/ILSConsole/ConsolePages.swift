@@ -74,8 +74,21 @@ struct ConsolePages: Sendable {
         let form = FormFields.decode(String(buffer: try await ConsoleGuard.collectForm(&request, limit: 4096)))
         let guarding = ConsoleGuard(sessions: sessions, configuration: configuration, logger: logger)
         if let why = guarding.crossOrigin(request) {
-            logger.warning("console sign-in refused: \(why)")
-            return page("Sign in", "message", Self.refusal(.unknown), context: nil, status: .forbidden)
+            // Debug only: any page in the admin's browser can send these, and a refusal without a session writes no
+            // line elsewhere either.
+            logger.debug("console sign-in refused", metadata: ["reason": "\(why)"])
+            return page(
+                "Sign in",
+                "message",
+                [
+                    "heading": "Sign-in refused",
+                    "text":
+                        "This sign-in did not come from the console's own page. Open the login link again and press "
+                        + "Sign in there; the link is not used up.",
+                ],
+                context: nil,
+                status: .forbidden
+            )
         }
         guard let secret = form["t"], !secret.isEmpty else {
             return page("Sign in", "message", Self.refusal(.unknown), context: nil, status: .forbidden)

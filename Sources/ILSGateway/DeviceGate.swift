@@ -99,8 +99,8 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
             case .allowed(dial: true) where denied != nil:
                 // The controller's directory is fresher than the grant: this identity was just created, or a policy
                 // just widened, and the grant saying so is on its way. `PolicyLink` added it to the grant in force as
-                // the answer came, so the connection is tracked like any other, and a narrowing that followed the
-                // answer has already taken it out again (`track` then closes the connection).
+                // the answer came, so the connection is tracked like any other: a narrowing that followed the answer
+                // ends it, whether it is applied before `track` (which then closes it) or after (`updateGrant` does).
                 finish(.allow(peer), context: context)
             case .allowed(dial: false) where denied == nil:
                 // A narrowing whose grant has not arrived yet: the controller's answer is the newer one.

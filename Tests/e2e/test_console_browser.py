@@ -280,6 +280,7 @@ def test_a_login_link_opened_from_another_site_signs_in_after_one_press(setup: S
         other.element("#go").click()
         button = other.element("#sign-in")
         assert other.driver.get_cookie("ils_console") is None, "nothing is used before the press"
+        other.wait(lambda d: d.current_url == base + "/login")  # the secret is out of the address bar
         button.click()
         other.element("#identities")
         assert other.driver.current_url == base + "/identities"
