@@ -108,7 +108,7 @@ public final class TestCluster: @unchecked Sendable {
                 state: state,
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
-                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+                circuitOpenTimeout: Self.circuitOpenTimeout,
                 rosterInterval: Self.rosterInterval
             )
             do {
@@ -213,6 +213,13 @@ public final class TestCluster: @unchecked Sendable {
         return port
     }
 
+    /// How long a controller waits for a gateway to take a circuit. Three times the default: no test waits for it to
+    /// pass, and with the whole suite on two cores a gateway answering 100 circuits at once took longer than 5 s once
+    /// (the circuits were then refused and the test failed on a speed it does not test).
+    static let circuitOpenTimeout = TestTiming.scaled(
+        .nanoseconds(ControllerServer.defaultCircuitOpenTimeout.nanoseconds * 3)
+    )
+
     /// How often the cluster's controllers read the controller list and push it to gateways when it changed: short,
     /// so a test waits for a replica to be linked in a fraction of a second rather than a heartbeat interval.
     static let rosterInterval: Duration = .milliseconds(500)
@@ -237,7 +244,7 @@ public final class TestCluster: @unchecked Sendable {
                 state: replica,
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
-                circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+                circuitOpenTimeout: Self.circuitOpenTimeout,
                 rosterInterval: Self.rosterInterval
             )
             do {
@@ -285,7 +292,7 @@ public final class TestCluster: @unchecked Sendable {
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
             logger: logger,
-            circuitOpenTimeout: TestTiming.scaled(ControllerServer.defaultCircuitOpenTimeout),
+            circuitOpenTimeout: Self.circuitOpenTimeout,
             rosterInterval: Self.rosterInterval
         )
         _ = try await server.start()
