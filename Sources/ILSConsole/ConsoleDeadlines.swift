@@ -48,7 +48,7 @@ struct ConsoleDeadlineMachine: Sendable {
     }
 
     private enum State: Equatable {
-        /// Waiting for a head, with `answered` responses still to write for requests already read (pipelining).
+        /// Waiting for a head, with `pending` answers still to write for requests already read (pipelining).
         case awaitingHead(pending: Int)
         /// A head was read; its body has not ended. `answered` once the console responded before the body ended (it
         /// refused the request); the body is then drained, under the same deadline.
