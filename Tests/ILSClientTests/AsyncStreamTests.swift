@@ -48,9 +48,16 @@ struct AsyncStreamTests {
             for await _ in firstChunk { break }
             reader.cancel()
             // Bounded: a cancel that does not reach the circuit leaves the reader streaming for ever.
-            #expect(await TestCluster.eventually(.seconds(10)) { ended.isSet }, "the cancelled reader did not end")
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) { ended.isSet },
+                "the cancelled reader did not end"
+            )
             if ended.isSet { await #expect(throws: URLError.self) { try await reader.value } }
-            #expect(await TestCluster.eventually(.seconds(10)) { cluster.backend.record.streamsDisconnected == 1 })
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
+                    cluster.backend.record.streamsDisconnected == 1
+                }
+            )
         }
     }
 

@@ -138,7 +138,11 @@ struct URLSessionTests {
                 }
             }
             #expect((completion as? URLError)?.code == .cancelled)
-            #expect(await TestCluster.eventually(.seconds(10)) { cluster.backend.record.streamsDisconnected == 1 })
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
+                    cluster.backend.record.streamsDisconnected == 1
+                }
+            )
             let sent = cluster.backend.record.eventsSent
             try await Task.sleep(for: .milliseconds(200))
             #expect(cluster.backend.record.eventsSent == sent, "the backend kept generating after the cancel")

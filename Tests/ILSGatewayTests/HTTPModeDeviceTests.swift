@@ -43,7 +43,7 @@ struct HTTPModeDeviceFixture {
         let port = try await server.start().port!
         let fixture = HTTPModeDeviceFixture(cluster: cluster, backend: backend, server: server, port: port, pki: pki)
         do {
-            guard await TestCluster.eventually(.seconds(10), { server.isReady }) else {
+            guard await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10)), { server.isReady }) else {
                 throw ILSError(.unavailable, "the HTTP-mode gateway never got its policy")
             }
             try await body(fixture)
@@ -225,8 +225,12 @@ struct HTTPModeDeviceTests {
             #expect(fixture.server.identifiedConnections == 3)
 
             try await fixture.revoke("laptop")
-            #expect(await TestCluster.eventually(.seconds(5)) { fixture.server.blocks(identityID: laptop.identity.id) })
-            #expect(await stream.bodyEnds(within: .seconds(5)))
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(5))) {
+                    fixture.server.blocks(identityID: laptop.identity.id)
+                }
+            )
+            #expect(await stream.bodyEnds(within: TestTiming.scaled(Duration.seconds(5))))
             #expect(await idle.isClosedByPeer())
             // The other device's stream carries on.
             for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
@@ -287,7 +291,7 @@ struct HTTPModeDeviceTests {
             try await other.sendRequest("GET", "/sse?n=100000&interval_ms=50")
             #expect(try await other.readHead().status == 200)
             try await fixture.invalidate("laptop", by: change)
-            #expect(await stream.bodyEnds(within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: TestTiming.scaled(Duration.seconds(5))))
             for _ in 0..<3 { #expect(try await other.readBodyPart() != nil) }
             await other.close()
         }
@@ -310,7 +314,7 @@ struct HTTPModeDeviceTests {
         }) { fixture in
             let (path, certificate) = try #require(original.withLockedValue { $0 })
             #expect(
-                await TestCluster.eventually(.seconds(10)) {
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
                     (try? IdentityFileIO.read(path).certificate) != certificate
                 },
                 "the identity file was never renewed"
@@ -318,7 +322,7 @@ struct HTTPModeDeviceTests {
             let renewed = try IdentityFileIO.read(path)
             // The controller now knows only the new certificate; the link is bound with it and the policy holds.
             #expect(
-                await TestCluster.eventually(.seconds(10)) {
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
                     let stored = fixture.cluster.state.identities.identity(named: "web")?.certificateFingerprint
                     return stored == renewed.identity.certificateFingerprint && fixture.server.isReady
                 }
@@ -342,7 +346,7 @@ struct HTTPModeDeviceTests {
             let path = "\(fixture.cluster.directory)/identities/web.json"
             let renewed = try await Renewal.renew(path: path)
             #expect(
-                await TestCluster.eventually(.seconds(10)) {
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
                     fixture.server.policyLinkCertificate == renewed.certificate
                 },
                 "the policy link still dials with the replaced certificate"
@@ -350,7 +354,7 @@ struct HTTPModeDeviceTests {
             try await fixture.cluster.restartController()
             // Past the grace: the policy now holds only if the link is bound again (with the new certificate).
             try await Task.sleep(for: .seconds(1))
-            #expect(await TestCluster.eventually(.seconds(10)) { fixture.server.isReady })
+            #expect(await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) { fixture.server.isReady })
             let laptop = try await fixture.cluster.enroll("laptop", role: .device)
             let connection = try await fixture.connect(as: laptop)
             try await connection.sendRequest("GET", "/health")
@@ -388,7 +392,7 @@ struct HTTPModeDeviceTests {
             // The controller pushes the new device's grant after the enrollment returns: the policy to hold is the
             // one with it (once, under ASan, the controller went first and the device got 403 dial_denied).
             #expect(
-                await TestCluster.eventually(.seconds(10)) {
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
                     fixture.server.admits(certificatePEM: laptop.certificate)
                 }
             )
@@ -409,7 +413,7 @@ struct HTTPModeDeviceTests {
             #expect(String(buffer: try await after.readBody()).contains("\"code\":\"policy_unavailable\""))
             // The link comes back with the controller, and so does the service.
             try await fixture.cluster.restartController()
-            #expect(await TestCluster.eventually(.seconds(10)) { fixture.server.isReady })
+            #expect(await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) { fixture.server.isReady })
             let back = try await fixture.connect(as: laptop)
             try await back.sendRequest("GET", "/health")
             #expect(try await back.readHead().status == 200)

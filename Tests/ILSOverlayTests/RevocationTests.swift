@@ -30,7 +30,7 @@ struct RevocationTests {
             let clock = ContinuousClock()
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/revoke")
             let returned = clock.now
-            #expect(await ipad.bodyEnds(within: .seconds(5)))
+            #expect(await ipad.bodyEnds(within: TestTiming.scaled(Duration.seconds(5))))
             print("revocation: ipad's stream ended \(clock.now - returned) after the command returned")
 
             // The laptop's stream carries on, and its new requests work.
@@ -55,7 +55,7 @@ struct RevocationTests {
         try await withCluster { cluster in
             let stream = try await openStream(cluster.tunnelPort)
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/disable")
-            #expect(await stream.bodyEnds(within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: TestTiming.scaled(Duration.seconds(5))))
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/ipad/enable")
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
             try await connection.sendRequest("GET", "/health")
@@ -124,7 +124,9 @@ struct RevocationTests {
     func revokeGateway() async throws {
         try await withCluster { cluster in
             let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/gw1/revoke")
-            #expect(await TestCluster.eventually(.seconds(5)) { !cluster.gateways[0].isHosting })
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(5))) { !cluster.gateways[0].isHosting }
+            )
             try await Task.sleep(for: .seconds(1))
             #expect(!cluster.gateways[0].isHosting)
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
@@ -138,7 +140,7 @@ struct RevocationTests {
         try await withCluster { cluster in
             let stream = try await openStream(cluster.tunnelPort)
             let _: [String: String] = try await cluster.admin().call(.DELETE, "/v1/admin/identities/ipad")
-            #expect(await stream.bodyEnds(within: .seconds(5)))
+            #expect(await stream.bodyEnds(within: TestTiming.scaled(Duration.seconds(5))))
             let connection = try await TestHTTPConnection(port: cluster.tunnelPort)
             try? await connection.sendRequest("GET", "/health")
             #expect(await connection.isClosedByPeer())
@@ -155,7 +157,9 @@ struct RevocationTests {
             #expect(await TestCluster.eventually { !cluster.gateways[0].isHosting })
             _ = try await cluster.state.store.changeState(named: "ipad", to: .revoked, actor: "admin")
             try await cluster.restartController()
-            #expect(await TestCluster.eventually(.seconds(15)) { cluster.gateways[0].isHosting })
+            #expect(
+                await TestCluster.eventually(TestTiming.scaled(Duration.seconds(15))) { cluster.gateways[0].isHosting }
+            )
             #expect(cluster.gateways[0].blocks(identityID: ipad.id))
         }
     }

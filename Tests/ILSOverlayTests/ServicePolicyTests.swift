@@ -131,7 +131,7 @@ struct ServicePolicyTests {
 
             _ = try await update(cluster, "claude-api", dial: ["#ipad"])
             // Ordering, not timing: the cut happened before the answer, so the stream's end is already on its way.
-            #expect(await ipad.bodyEnds(within: .seconds(10)))
+            #expect(await ipad.bodyEnds(within: TestTiming.scaled(Duration.seconds(10))))
             for _ in 0..<3 { #expect(try await kept.readBodyPart() != nil) }
             let sessions: [ControllerAPI.Session] = try await cluster.admin().call(.GET, "/v1/admin/sessions")
             #expect(sessions.map(\.device) == ["tablet"])
@@ -142,7 +142,7 @@ struct ServicePolicyTests {
                 "/v1/admin/identities/tablet/attributes",
                 body: ControllerAPI.AttributesRequest(attributes: [])
             )
-            #expect(await kept.bodyEnds(within: .seconds(10)))
+            #expect(await kept.bodyEnds(within: TestTiming.scaled(Duration.seconds(10))))
             #expect(try await dialRefusal(tablet) == "dial_denied")
 
             let audit = try await audit(cluster)
@@ -206,7 +206,7 @@ struct ServicePolicyTests {
             // Deleting the service ends its circuits and its gateway's links.
             let stream = try await openStream(secondPort)
             let _: [String: String] = try await admin.call(.DELETE, "/v1/admin/services/second-api")
-            #expect(await stream.bodyEnds(within: .seconds(10)))
+            #expect(await stream.bodyEnds(within: TestTiming.scaled(Duration.seconds(10))))
             #expect(try await dialRefusal(phone, service: "second-api") == "unknown_service")
         }
     }

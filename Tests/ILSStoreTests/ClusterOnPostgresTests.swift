@@ -61,7 +61,11 @@ struct ClusterOnPostgresTests {
     func revocationReachesTheOtherController() async throws {
         let (cluster, replica) = try await Self.cluster()
         // The gateway learns B from A's push and links to it.
-        #expect(await TestCluster.eventually(.seconds(20)) { cluster.gateways[0].linkedControllers.contains(replica) })
+        #expect(
+            await TestCluster.eventually(TestTiming.scaled(Duration.seconds(20))) {
+                cluster.gateways[0].linkedControllers.contains(replica)
+            }
+        )
         var tablet = try await cluster.enroll("tablet", role: .device)
         tablet.controller = replica.description
         tablet.controllers = []
@@ -78,7 +82,7 @@ struct ClusterOnPostgresTests {
         // refuses the device's next connection and circuit itself, whatever the gateway knows.
         let replicaState = cluster.replicas[0].state
         #expect(
-            await TestCluster.eventually(.seconds(10)) {
+            await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
                 replicaState.identities.identity(named: "tablet")?.state == .revoked
             }
         )
