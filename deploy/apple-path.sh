@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# ILSClient's Apple code path, proved on Linux (issue 24; docs/client-library.md, "What is tested where"):
+# ILSClient's Apple code path, proved on Linux (issue 24; docs/client-library.md, "What is tested where"; issue 36
+# made it one build of ILSClient's closure instead of a second build of the whole package):
 #  1. ILSClient's dependency closure holds no system-library target and no unguarded Glibc/CSodium import
 #     (deploy/check-client-closure.sh);
-#  2. the package builds with the AppleCodePath trait, which seals end-to-end records through swift-crypto's Swift API,
-#     the code CryptoKit serves on iOS, macOS and visionOS, instead of BoringSSL's in-place AEAD;
-#  3. the overlay tests run with that build: the Swift suites of the device side (crypto, fabric, overlay, client),
-#     then the end-to-end overlay and client tests against the binaries built that way.
-# Its own build directory (.build-apple), so the default build is not invalidated.
+#  2. ILSClient and its closure build with the AppleCodePath trait, which leaves out BoringSSL's in-place AEAD and
+#     seals end-to-end records through swift-crypto's Swift API, the code CryptoKit serves on iOS, macOS and visionOS;
+#  3. the device side's tests run on that code: the Swift suites (crypto, fabric, overlay, client, tunnel), then the
+#     end-to-end overlay and client tests, with ILS_AEAD=swift-crypto-api, which selects the same Swift-API path at
+#     run time in the ordinary build (Sources/ILSCrypto/E2ERecords.swift; AEADPathTests fails if it does not).
+# Needs the ordinary build (deploy/test.sh, or swift build --build-tests). The trait build has its own directory
+# (.build-apple), so the ordinary build is not invalidated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,13 +17,15 @@ echo "== ILSClient's closure: no system library, no unguarded Glibc or CSodium" 
 ./deploy/check-client-closure.sh
 
 scratch=.build-apple
-echo "== swift build --traits AppleCodePath (into $scratch)" >&2
-swift build --build-tests --traits AppleCodePath --scratch-path "$scratch"
+echo "== swift build --traits AppleCodePath --product ILSClient (into $scratch)" >&2
+swift build --traits AppleCodePath --scratch-path "$scratch" --product ILSClient
 
-echo "== the device side's Swift suites, AppleCodePath build" >&2
-swift test --skip-build --traits AppleCodePath --scratch-path "$scratch" \
+export ILS_AEAD=swift-crypto-api
+echo "== the device side's Swift suites, ILS_AEAD=$ILS_AEAD" >&2
+./deploy/bounded.sh 600 "swift test: device side, Swift-API AEAD" swift test --skip-build \
     --filter 'ILSCryptoTests|ILSFabricTests|ILSOverlayTests|ILSClientTests|ILSTunnelTests'
 
-bin="$(swift build --traits AppleCodePath --scratch-path "$scratch" --show-bin-path)"
-echo "== end-to-end overlay and client tests, AppleCodePath binaries ($bin)" >&2
-ILS_BIN="$bin/ils-gateway" python3 -m pytest -q Tests/e2e/test_overlay.py Tests/e2e/test_client_example.py
+bin="$(swift build --show-bin-path)"
+echo "== end-to-end overlay and client tests, ILS_AEAD=$ILS_AEAD ($bin)" >&2
+ILS_BIN="$bin/ils-gateway" ILS_CLIENT_EXAMPLE_BIN="$bin/ils-client-example" \
+    python3 -m pytest -q Tests/e2e/test_overlay.py Tests/e2e/test_client_example.py

@@ -201,8 +201,21 @@ package struct AESGCMRecords {
     package static let keyLength = 32
     /// Which AEAD code seals and opens: BoringSSL's in place on Linux, swift-crypto's Swift API (CryptoKit's) on Apple
     /// platforms and in the `AppleCodePath` build.
+    ///
+    /// On Linux, `ILS_AEAD=swift-crypto-api` in a process's environment selects the Swift API at run time, read once.
+    /// CI runs the device side's tests that way on the ordinary build instead of building the whole package a second
+    /// time with the trait (docs/testing.md); the trait build, of ILSClient's closure only, proves that the code
+    /// compiles without the in-place file. Any other value stops the process: a misspelt switch must not quietly test
+    /// the other path.
     #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
-    package static let backend = "boringssl-in-place"
+    package static let backend: String = {
+        switch ProcessInfo.processInfo.environment["ILS_AEAD"] {
+        case nil, "", "boringssl-in-place": return "boringssl-in-place"
+        case "swift-crypto-api": return "swift-crypto-api"
+        case let other?: fatalError("ILS_AEAD=\(other): the AEAD path is boringssl-in-place or swift-crypto-api")
+        }
+    }()
+    static let sealsInPlace = backend == "boringssl-in-place"
     #else
     package static let backend = "swift-crypto-api"
     #endif
@@ -260,10 +273,12 @@ package struct AESGCMRecords {
         )
         withNextNonce { nonce, key in
             #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
-            Self.sealInPlace(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
-            #else
-            Self.sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+            if Self.sealsInPlace {
+                Self.sealInPlace(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
+                return
+            }
             #endif
+            Self.sealWithSwiftAPI(plaintext, flags: flags, key: key, nonce: nonce, ciphertext: ciphertext, tag: tag)
         }
     }
 
@@ -282,10 +297,11 @@ package struct AESGCMRecords {
         let plaintext = UnsafeMutableRawBufferPointer(rebasing: output[..<length])
         let opened = withNextNonce { nonce, key in
             #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
-            Self.openInPlace(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
-            #else
-            Self.openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
+            if Self.sealsInPlace {
+                return Self.openInPlace(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
+            }
             #endif
+            return Self.openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
         }
         guard opened else { throw E2ERecord.invalidRecord }
         return record[0] == Self.finalFlag

@@ -77,6 +77,9 @@ public final class HTTPModeServer: Service, Sendable {
     /// Whether the policy link is up and bound to the controller (tests).
     package var policyLinkIsBound: Bool { link?.isBound ?? false }
 
+    /// Backend connections whose reads are held because their client cannot take more (tests: backpressure).
+    package var heldBackendReads: Int { core.pools.heldReads }
+
     /// Whether the policy in force lets this device in (tests: the grant the controller pushes after an enrollment
     /// has arrived). Always true without client certificates.
     package func admits(certificatePEM: String) -> Bool {

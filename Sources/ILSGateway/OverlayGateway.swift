@@ -249,6 +249,9 @@ public final class OverlayGateway: Service, Sendable {
     /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
     public var isHosting: Bool { links.withLockedValue { !$0.channels.isEmpty } && policy.isKnown }
 
+    /// Backend connections whose reads are held because their circuit cannot take more (tests: backpressure).
+    package var heldBackendReads: Int { core.pools.heldReads }
+
     /// How many of the identity file's controller's relay loops this gateway has a bound link on (for tests).
     public var relayLoopsCovered: Int {
         links.withLockedValue { links in
@@ -470,7 +473,7 @@ public final class OverlayGateway: Service, Sendable {
             "hosting service",
             metadata: [
                 "service": "\(service)", "controller": "\(key.controller)", "link": "\(slot)",
-                "relay_loop": "\(relayLoop.map(String.init) ?? "-")",
+                "relay_loop": "\(relayLoop.map(String.init) ?? "-")", "aead": "\(AESGCMRecords.backend)",
             ]
         )
         links.withLockedValue { links in

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 
@@ -24,6 +25,8 @@ final class BackendHandler: ChannelDuplexHandler, RemovableChannelHandler {
     weak var delegate: (any BackendConnectionDelegate)?
     /// How many requests this connection has carried, counting the current one.
     var requestCount = 0
+    /// Counts this connection in while it holds a read (`BackendPool.heldReads`); set by the pool.
+    var heldReads: NIOLockedValueBox<Int>?
     private var context: ChannelHandlerContext?
     private var readsAllowed = true
     private var pendingRead = false
@@ -39,6 +42,10 @@ final class BackendHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        if pendingRead {
+            pendingRead = false
+            heldReads?.withLockedValue { $0 -= 1 }
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -75,8 +82,9 @@ final class BackendHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func read(context: ChannelHandlerContext) {
         if readsAllowed {
             context.read()
-        } else {
+        } else if !pendingRead {
             pendingRead = true
+            heldReads?.withLockedValue { $0 += 1 }
         }
     }
 
@@ -85,6 +93,7 @@ final class BackendHandler: ChannelDuplexHandler, RemovableChannelHandler {
         readsAllowed = allowed
         if allowed, pendingRead, let context {
             pendingRead = false
+            heldReads?.withLockedValue { $0 -= 1 }
             context.read()
         }
     }

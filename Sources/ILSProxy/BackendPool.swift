@@ -24,6 +24,11 @@ public final class BackendPool: Sendable {
     private let loopPools: NIOLockedValueBox<[ObjectIdentifier: NIOLoopBound<LoopBackendPool>]>
     private let perLoopLimit: Int
     private let connector: Connector
+    private let heldReadCount = NIOLockedValueBox(0)
+
+    /// Backend connections whose reads are held now because their client cannot take more (tests: a client that
+    /// stopped reading has stopped the gateway reading from the backend, so nothing more comes off that socket).
+    package var heldReads: Int { heldReadCount.withLockedValue { $0 } }
 
     public convenience init(configuration: ProxyConfiguration, loopCount: Int = System.coreCount) {
         self.init(configuration: configuration, loopCount: loopCount) { eventLoop, configuration, initialize in
@@ -49,7 +54,8 @@ public final class BackendPool: Sendable {
                 eventLoop: eventLoop,
                 configuration: configuration,
                 limit: perLoopLimit,
-                connector: connector
+                connector: connector,
+                heldReads: heldReadCount
             )
             pools[key] = NIOLoopBound(created, eventLoop: eventLoop)
             return created
@@ -82,17 +88,20 @@ final class LoopBackendPool {
     var idleCount: Int { idle.count }
 
     private let connector: BackendPool.Connector
+    private let heldReads: NIOLockedValueBox<Int>
 
     init(
         eventLoop: any EventLoop,
         configuration: ProxyConfiguration,
         limit: Int,
-        connector: @escaping BackendPool.Connector
+        connector: @escaping BackendPool.Connector,
+        heldReads: NIOLockedValueBox<Int>
     ) {
         self.eventLoop = eventLoop
         self.configuration = configuration
         self.limit = limit
         self.connector = connector
+        self.heldReads = heldReads
     }
 
     /// Hands a connection to `callback`: the most recently used idle one, a new one, or (at the limit) the next one
@@ -208,6 +217,7 @@ final class LoopBackendPool {
                 // leaves the pipeline but the connection still counts until it closes.
                 channel.closeFuture.assumeIsolated().whenComplete { _ in self.connectionClosed(handler) }
                 handler.requestCount = 1
+                handler.heldReads = self.heldReads
                 callback(.success(handler))
             case .failure:
                 self.openCount -= 1

@@ -26,6 +26,7 @@ public struct ProxyCore: Sendable {
         self.configuration = configuration
         self.pools = pools
         self.logger = logger
+        InjectedLeak.announce(to: logger)
     }
 
     /// Adds the HTTP/1.1 server codec and the proxy handler at the end of a client channel's pipeline. Call on the

@@ -245,6 +245,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             )
         }
         backend.write(.head(forwarded.head))
+        InjectedLeak.requestForwarded()
         let buffered = exchange.buffered
         exchange.buffered = []
         for part in buffered { backend.write(part) }

@@ -15,6 +15,11 @@ public enum TestTiming {
         return value
     }()
 
+    /// How long a test waits for an event that must come (`TestCluster.eventually`) before it calls the event
+    /// missing: 60 s, stretched like every deadline. It is a guard against a hang, not a claim about speed: a healthy
+    /// run sees the event in milliseconds, and a loaded 2-core machine once took 10 s to (issue 36).
+    public static var hangGuard: Duration { scaled(Duration.seconds(60)) }
+
     public static func scaled(_ span: TimeSpan) -> TimeSpan { TimeSpan(nanoseconds: span.nanoseconds * scale) }
 
     public static func scaled(_ amount: TimeAmount) -> TimeAmount { .nanoseconds(amount.nanoseconds * scale) }

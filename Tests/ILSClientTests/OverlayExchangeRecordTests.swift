@@ -11,7 +11,7 @@ import Testing
 /// A request without a body leaves the app as one end-to-end record (head and end in one flush), not as the head's
 /// record and then an empty one for the end: that second record was a second DATA frame, and a second wake-up of the
 /// controller and the gateway, per GET.
-@Suite("OverlayExchange: records per request")
+@Suite("OverlayExchange: records per request", .clusterExclusive)
 struct OverlayExchangeRecordTests {
     @Test("a body-less request crosses the relay as one record: exactly one empty record fewer than head, then end")
     func bodylessRequestIsOneRecord() async throws {
@@ -56,6 +56,7 @@ struct OverlayExchangeRecordTests {
         // others, under the sanitizers too, and a tight loop of handshakes starves them.
         var last = -1
         for _ in 0..<100 {
+            // Sleep: no event says the relay has carried the device's last record; agreeing readings are the settle.
             try await Task.sleep(for: .milliseconds(100))
             let sessions: [ControllerAPI.Session] = try await cluster.admin().call(.GET, "/v1/admin/sessions")
             let bytes = try #require(sessions.first { $0.device == "tab" }).bytesFromDevice

@@ -77,6 +77,7 @@ struct ControllerSlowClientTests {
                 trustRootPEM: fixture.state.authority.certificatePEM
             )
             for round in 0..<2 {
+                // Sleep: the idle gap before the second request must outlast the head timeout; that gap is the test.
                 if round == 1 { try await Task.sleep(for: .nanoseconds(Self.timeouts.head.nanoseconds * 3 / 2)) }
                 try await connection.sendRequest("GET", "/v1/enroll/info")
                 let head = try await connection.readHead()
@@ -129,6 +130,7 @@ struct ControllerSlowClientTests {
         let sent = NIOLockedValueBox(0)
         let trickler = Task {
             for n in 0..<tricklePieces {
+                // Sleep: the gaps of the trickle are the slow client the deadlines are tested against.
                 try await Task.sleep(for: trickleInterval)
                 try await connection.send(piece(n))
                 sent.withLockedValue { $0 += 1 }

@@ -49,14 +49,19 @@ struct HandshakeV3KnownAnswerTests {
 
 @Suite("The build's AEAD path")
 struct AEADPathTests {
-    /// CI runs the overlay suites a second time with `--traits AppleCodePath`; this fails if the trait stops
-    /// switching the records to the code Apple platforms run.
-    @Test("records take the Swift API path in the AppleCodePath build, BoringSSL's in-place AEAD otherwise on Linux")
+    /// CI runs the device side's suites a second time with `ILS_AEAD=swift-crypto-api` (deploy/apple-path.sh); this
+    /// fails if the switch, or the `AppleCodePath` trait, stops moving the records to the code Apple platforms run.
+    @Test(
+        "records take the Swift API path in the AppleCodePath build or with ILS_AEAD=swift-crypto-api, BoringSSL's otherwise"
+    )
     func backendMatchesTheBuild() {
         #if ILS_APPLE_CODE_PATH || !canImport(CCryptoBoringSSL)
         #expect(AESGCMRecords.backend == "swift-crypto-api")
         #else
-        #expect(AESGCMRecords.backend == "boringssl-in-place")
+        let expected =
+            ProcessInfo.processInfo.environment["ILS_AEAD"] == "swift-crypto-api"
+            ? "swift-crypto-api" : "boringssl-in-place"
+        #expect(AESGCMRecords.backend == expected)
         #endif
     }
 }

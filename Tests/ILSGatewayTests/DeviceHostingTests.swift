@@ -9,7 +9,7 @@ import NIOHTTP2
 import NIOPosix
 import Testing
 
-@Suite("Identities hosting what their role may not host")
+@Suite("Identities hosting what their role may not host", .clusterExclusive)
 struct DeviceHostingTests {
     @Test("a device identity that connects as a gateway anyway is refused the binding and disconnected")
     func deviceCannotHost() async throws {

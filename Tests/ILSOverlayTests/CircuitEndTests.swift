@@ -75,7 +75,7 @@ final class SocketEnd: ChannelInboundHandler, Sendable {
     }
 }
 
-@Suite("How circuits end, through a real controller and gateway")
+@Suite("How circuits end, through a real controller and gateway", .clusterExclusive)
 struct CircuitEndTests {
     /// Dials the service as `ipad`, sends `request`, and waits for the circuit to close.
     static func exchange(_ cluster: TestCluster, _ request: String) async throws -> EndRecorder.Seen {

@@ -10,7 +10,7 @@ import NIOPosix
 import Testing
 
 /// docs/protocol.md: nothing beyond RFC 9113 is required of a device's HTTP/2 settings.
-@Suite("A device's HTTP/2 settings")
+@Suite("A device's HTTP/2 settings", .clusterExclusive)
 struct DeviceSettingsTests {
     @Test("a device with HTTP/2's default settings (16 KiB frames, 64 KiB windows) gets a multi-record answer whole")
     func defaultSettings() async throws {

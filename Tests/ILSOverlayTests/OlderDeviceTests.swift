@@ -19,7 +19,7 @@ private final class Gather: ChannelInboundHandler, Sendable {
     }
 }
 
-@Suite("Devices built before handshake version 3")
+@Suite("Devices built before handshake version 3", .clusterExclusive)
 struct OlderDeviceTests {
     @Test("a real gateway serves devices speaking versions 1, 2 and 3 side by side", arguments: [UInt8(1), 2, 3])
     func everyVersionGetsACircuit(version: UInt8) async throws {

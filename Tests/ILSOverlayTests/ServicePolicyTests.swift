@@ -8,7 +8,7 @@ import ILSTesting
 import NIOCore
 import Testing
 
-@Suite("Services and policies, enforced by the controller and by the gateway itself")
+@Suite("Services and policies, enforced by the controller and by the gateway itself", .clusterExclusive)
 struct ServicePolicyTests {
     private func openStream(_ port: Int) async throws -> TestHTTPConnection {
         let connection = try await TestHTTPConnection(port: port)

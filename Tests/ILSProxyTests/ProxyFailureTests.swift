@@ -115,6 +115,7 @@ struct ProxyFailureTests {
             }) { fixture in
                 let connection = try await fixture.connect()
                 let accepted = clock.now
+                // Sleep: an idle pause on the connection is what the idle timeout counts; no event stands for it.
                 try await Task.sleep(for: pause)
                 guard clock.now - accepted < timeout - slack else {
                     await connection.close()
@@ -124,6 +125,7 @@ struct ProxyFailureTests {
                 #expect(try await connection.readHead().status == 200)
                 _ = try await connection.readBody()
                 let answered = clock.now
+                // Sleep: the second idle pause, past the timeout counted from accept; the pause is the test.
                 try await Task.sleep(for: pause)
                 let sent = clock.now
                 // Past the timeout from accept, within it from the answer: else this attempt shows nothing.

@@ -54,13 +54,7 @@ struct ProxyFixture {
     }
 }
 
-/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
-func eventually(within limit: Duration = .seconds(5), _ condition: () -> Bool) async -> Bool {
-    let clock = ContinuousClock()
-    let deadline = clock.now + limit
-    while clock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
+/// Polls `condition` until it holds or `limit` passes (by default `TestTiming.hangGuard`); returns whether it held.
+func eventually(within limit: Duration = TestTiming.hangGuard, _ condition: () -> Bool) async -> Bool {
+    await TestCluster.eventually(limit, condition)
 }

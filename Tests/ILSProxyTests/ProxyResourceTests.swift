@@ -18,8 +18,9 @@ struct ProxyResourceTests {
             // Stop reading. Without backpressure the gateway would pull the whole response off loopback meanwhile
             // and hold it in memory; with it, the backend is blocked within a few socket buffers of the reader.
             // (Resident memory of the real gateway process is sampled in the end-to-end test; this process also
-            // runs other tests, so its own RSS says little.)
-            try await Task.sleep(for: .seconds(2))
+            // runs other tests, so its own RSS says little.) The event: the gateway holds its read of the backend
+            // connection, and from then on takes nothing more off it.
+            #expect(await eventually { fixture.gateway.heldBackendReads == 1 })
             let writtenWhilePaused = fixture.backend.record.bytesWritten
             #expect(
                 writtenWhilePaused < 32 * 1024 * 1024,
@@ -29,6 +30,7 @@ struct ProxyResourceTests {
             for _ in 0..<50 {
                 guard let part = try await connection.readBodyPart() else { break }
                 received += part.readableBytes
+                // Sleep: the gaps between reads are the slow reader the backend must stay just ahead of.
                 try await Task.sleep(for: .milliseconds(2))
             }
             #expect(fixture.backend.record.bytesWritten - received < 32 * 1024 * 1024)
@@ -77,7 +79,13 @@ struct ProxyResourceTests {
             try await connection.sendRequest("GET", "/bytes?size=\(size)")
             #expect(try await connection.readHead().status == 200)
             _ = try await connection.readBodyPart()
-            try await Task.sleep(for: .seconds(2))
+            // Stop reading until the stall timeout has cut the client and its backend request: the backend sees its
+            // connection end.
+            #expect(
+                await eventually {
+                    fixture.backend.record.connectionsClosed == 1
+                }
+            )
             // What was in flight still arrives, then the connection ends long before the body would.
             var received = 0
             do {
@@ -104,7 +112,7 @@ struct ProxyResourceTests {
             // Past the timeout the pool's sweep closes the idle connection (the backend sees it end), so the next
             // request needs a new one.
             #expect(
-                await eventually(within: TestTiming.scaled(.seconds(10))) {
+                await eventually {
                     fixture.backend.record.connectionsClosed == 1
                 }
             )

@@ -35,6 +35,7 @@ struct ProxySlowBodyTests {
             // 20 pieces 200 ms apart: the whole body takes longer than the idle timeout, each gap far less (a loaded
             // machine may stretch a gap several times over and still stay under it).
             for _ in 0..<pieces {
+                // Sleep: the gaps of a body that keeps moving are what the idle timeout must not cut.
                 try await Task.sleep(for: .milliseconds(200))
                 try await connection.send("x")
             }

@@ -10,7 +10,7 @@ import Testing
 
 /// Two controllers on one PostgreSQL, a gateway linked to both, devices on either: what several controllers must
 /// keep true.
-@Suite("Two controllers on one PostgreSQL", .serialized, .timeLimit(.minutes(3)))
+@Suite("Two controllers on one PostgreSQL", .serialized, .timeLimit(.minutes(3)), .clusterExclusive)
 struct ClusterOnPostgresTests {
     private static func cluster() async throws -> (TestCluster, ControllerAddress) {
         // A fresh database for each try (a retry on another port initializes again); `stop` closes the store: an
@@ -62,7 +62,7 @@ struct ClusterOnPostgresTests {
         let (cluster, replica) = try await Self.cluster()
         // The gateway learns B from A's push and links to it.
         #expect(
-            await TestCluster.eventually(TestTiming.scaled(Duration.seconds(20))) {
+            await TestCluster.eventually {
                 cluster.gateways[0].linkedControllers.contains(replica)
             }
         )
@@ -82,7 +82,7 @@ struct ClusterOnPostgresTests {
         // refuses the device's next connection and circuit itself, whatever the gateway knows.
         let replicaState = cluster.replicas[0].state
         #expect(
-            await TestCluster.eventually(TestTiming.scaled(Duration.seconds(10))) {
+            await TestCluster.eventually {
                 replicaState.identities.identity(named: "tablet")?.state == .revoked
             }
         )

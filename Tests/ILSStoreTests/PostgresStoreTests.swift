@@ -128,6 +128,7 @@ struct PostgresStoreTests {
         await Self.warmUp(&feed, writer: other)
         try server.restart()
         #expect(await Self.next(&feed) { $0 == .resynchronize } == .resynchronize)
+        // Polls until the store has reconnected by itself (a query works): the event waited for.
         var worked = false
         for _ in 0..<50 where !worked {
             worked = (try? await store.identities()) != nil

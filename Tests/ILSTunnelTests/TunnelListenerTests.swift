@@ -11,7 +11,7 @@ import Testing
 
 /// The tunnel's listener on real sockets (127.0.0.1, port 0): who it lets listen where, and what a local client
 /// hears and when its connection ends when a circuit cannot be opened.
-@Suite("The tunnel's listener and its refusals")
+@Suite("The tunnel's listener and its refusals", .clusterExclusive)
 struct TunnelListenerTests {
     @Test("a tunnel refuses a non-loopback listen address unless remote clients are allowed")
     func loopbackOnly() async throws {

@@ -185,8 +185,9 @@ def sessions_of(controller: ClusterController, admin: str, device: str) -> list[
     return [s for s in json.loads(r.stdout) if s["device"] == device and s.get("controller") == controller.address]
 
 
-def refused_without_reaching_backend(c: Cluster, f: Faulty) -> None:
-    """The device's next request is refused with 403, and the backend never sees it (its probe is not logged)."""
+def refused_without_reaching_backend(c: Cluster, f: Faulty, fence: Faulty) -> None:
+    """The device's next request is refused with 403, and the backend never sees it: its probe is not logged once a
+    later request of `fence`, a device still allowed, is (that request, not a clock, bounds the wait)."""
     probe = f"probe-{uuid.uuid4().hex}"
     with f.client(timeout=STREAM_END_BOUND_S) as client:
         try:
@@ -195,7 +196,11 @@ def refused_without_reaching_backend(c: Cluster, f: Faulty) -> None:
         except httpx.HTTPError as e:
             outcome = repr(e)
     assert outcome.startswith("HTTP 403"), f"the revoked device's request was not refused with 403: {outcome}"
-    assert not wait_for_backend_log(c.backend, probe, timeout=1.0), "the revoked device's request reached the backend"
+    after = f"probe-{uuid.uuid4().hex}"
+    with fence.client() as client:
+        assert client.get("/debug/headers", params={"probe": after}).status_code == 200
+    assert wait_for_backend_log(c.backend, after), "the backend access log does not show requests"
+    assert probe not in c.backend.full_log(), "the revoked device's request reached the backend"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -242,8 +247,13 @@ def test_revocation_through_a_cuts_a_live_stream_on_b(cluster: Cluster) -> None:
     c.b.wait_for_log("identity changed in the store", timeout=STREAM_END_BOUND_S, after=mark)
     assert "identity=tab-b" in c.b.full_log()[mark:]
     f.tunnel.start()
-    refused_without_reaching_backend(c, f)
-    f.tunnel.stop()
+    fence = c.device("tab-b-fence", c.b)
+    try:
+        wait_until_flowing(fence, 10.0)
+        refused_without_reaching_backend(c, f, fence)
+    finally:
+        fence.tunnel.stop()
+        f.tunnel.stop()
 
 
 def test_policy_change_through_a_cuts_a_live_stream_on_b(cluster: Cluster) -> None:
@@ -326,7 +336,7 @@ def test_postgres_restart_keeps_streams_and_feeds(cluster: Cluster) -> None:
         assert took < STREAM_END_BOUND_S
         c.a.wait_for_log("identity changed in the store", timeout=STREAM_END_BOUND_S, after=mark_a)
         assert "identity=tab-a" in c.a.full_log()[mark_a:]
-        refused_without_reaching_backend(c, victim)
+        refused_without_reaching_backend(c, victim, flowing)
         for x in (c.a, c.b):
             assert pg_fixture.PASSWORD not in x.full_log(), f"controller {x.name} logged the store password"
     finally:

@@ -14,7 +14,7 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -29,15 +29,35 @@ HELD = 4
 EXTRA = 3
 
 
-def metric(port: int, name: str, **labels: str) -> float:
-    """One sample of the Prometheus text at --metrics; 0 when the series does not exist yet."""
+def metric(port: int, name: str, missing: Optional[float] = 0.0, **labels: str) -> Optional[float]:
+    """One sample of the Prometheus text at --metrics; `missing` when the series does not exist yet."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
     for line in text.splitlines():
         m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
         if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
             return float(m.group(2))
-    return 0.0
+    return missing
+
+
+def refusals_once_counted(port: int, expected: int, **labels: str) -> Optional[float]:
+    """ils_connections_refused_total once it reaches `expected`, or after 10 s: a refusal is counted just after the
+    close its client sees, so a reading at once can miss the last one."""
+    deadline = time.monotonic() + 10
+    while (refused := metric(port, "ils_connections_refused_total", **labels)) < expected:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return refused
+
+
+def wait_all_counted_out(metrics_port: int, listener: str) -> None:
+    """Until the server has counted every connection so far out again (the start-up's port probe among them): its
+    ils_connections_open gauge exists, so it counted one in, and reads 0."""
+    deadline = time.monotonic() + 10
+    while metric(metrics_port, "ils_connections_open", missing=None, listener=listener) != 0:
+        assert time.monotonic() < deadline, f"ils_connections_open{{listener={listener}}} did not come back to 0"
+        time.sleep(0.05)
 
 
 def hold(port: int, n: int) -> list[socket.socket]:
@@ -94,13 +114,13 @@ def tuned_controller(ils_bin: Path, request) -> Iterator[TunedController]:
 def test_controller_caps_refuse_at_accept(tuned_controller: TunedController, cap: str) -> None:
     c = tuned_controller
     admin = pem_files(c, "admin")
-    time.sleep(0.5)  # the port probe of the start-up has been counted out
+    wait_all_counted_out(c.metrics_port, "controller")
     socks = hold(c.port, HELD)
     try:
         for _ in range(EXTRA):
             assert_refused_at_accept(c.port)
         assert_still_open(socks)
-        refused = metric(c.metrics_port, "ils_connections_refused_total", listener="controller", cap=cap)
+        refused = refusals_once_counted(c.metrics_port, EXTRA, listener="controller", cap=cap)
         assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
         lines = refusal_lines(c.process.full_log())
         print(f"{EXTRA} refusals, log lines: {lines}")
@@ -131,7 +151,7 @@ def test_a_flood_beyond_the_cap_costs_no_descriptors_memory_or_log_lines(tuned_c
     controller's descriptors and memory come back to where they were, and the log holds one line for all of them."""
     c = tuned_controller
     admin = pem_files(c, "admin")
-    time.sleep(0.5)
+    wait_all_counted_out(c.metrics_port, "controller")
     socks = hold(c.port, HELD)
     try:
         assert_refused_at_accept(c.port)
@@ -145,8 +165,7 @@ def test_a_flood_beyond_the_cap_costs_no_descriptors_memory_or_log_lines(tuned_c
         elapsed = time.monotonic() - started
         print(f"{FLOOD} refused connections in {elapsed:.1f} s")
         assert_no_growth("controller", pid, before, f"{FLOOD} connections refused at accept")
-        assert metric(c.metrics_port, "ils_connections_refused_total", listener="controller",
-                      cap="per_source") == FLOOD + 1
+        assert refusals_once_counted(c.metrics_port, FLOOD + 1, listener="controller", cap="per_source") == FLOOD + 1
         assert len(refusal_lines(c.process.full_log())) == 1
         assert_still_open(socks)
     finally:
@@ -177,13 +196,13 @@ def test_http_mode_caps_refuse_at_accept(ils_bin: Path, backend: Backend, certs:
     g = Gateway(ils_bin, "tls", backend, certs, work_dir, [*flags, "--metrics", f"127.0.0.1:{metrics_port}"])
     g.start()
     try:
-        time.sleep(0.5)  # the port probe of the start-up has been counted out
+        wait_all_counted_out(metrics_port, "http")
         socks = hold(g.port, HELD)
         try:
             for _ in range(EXTRA):
                 assert_refused_at_accept(g.port)
             assert_still_open(socks)
-            refused = metric(metrics_port, "ils_connections_refused_total", listener="http", cap=cap)
+            refused = refusals_once_counted(metrics_port, EXTRA, listener="http", cap=cap)
             assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
             lines = refusal_lines(g.full_log())
             print(f"{EXTRA} refusals, log lines: {lines}")

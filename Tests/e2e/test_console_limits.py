@@ -49,6 +49,7 @@ def trickle(port: int, first: bytes, byte: bytes) -> tuple[bool, float]:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(first)
         while time.monotonic() - started < TRICKLE_S:
+            # Sleep: the gaps of the trickle are the slow client the deadlines are tested against.
             time.sleep(STEP_S)
             try:
                 s.sendall(byte)
@@ -120,6 +121,7 @@ def test_a_kept_alive_connection_serves_several_requests(console: Console) -> No
             s.sendall(b"GET /identities HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             head = read_response(s)
             assert head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 303")), head
+            # Sleep: an idle pause longer than the head and body deadlines is what must cut nothing.
             time.sleep(1.5)
 
 

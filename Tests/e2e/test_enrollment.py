@@ -378,6 +378,7 @@ def test_refused_enroll_creates_no_directory(controller: Controller, ipad: Enrol
 
 def test_expired_token_is_refused(controller: Controller) -> None:
     path = create_token(controller, "short-lived", "--expires", "1s")
+    # Sleep: the clock must pass the token's expiry; no event stands for time passing.
     time.sleep(2.2)
     before = tree(controller.root)
     r = controller.cli("enroll", path.name)

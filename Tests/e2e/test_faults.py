@@ -214,6 +214,7 @@ def test_controller_sigkill_mid_traffic_recovers_by_itself(faulty: Faulty) -> No
         ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
         assert not ok, "a request went through with the controller down"
         assert "Timeout" not in outcome, f"a request hung with the controller down: {outcome}"
+        # Sleep: paces the probes through a down time whose length (the backoff must grow) is the test.
         time.sleep(0.2)
 
     c.start()  # same state directory, same port; returns once the port accepts
@@ -489,6 +490,7 @@ def test_silently_dropped_gateway_link_is_noticed_and_redialled(netns: Netns, il
         ports = link_ports(o)
         assert ports, "the gateway has no established link to the controller"
         # Idle long enough for a keepalive round trip to have happened: PINGs alone must not disturb a live link.
+        # Sleep: the keepalive interval and its timeout must elapse on an idle link; that idle time is the test.
         time.sleep(KEEPALIVE_S + KEEPALIVE_TIMEOUT_S + 1)
         assert "went silent" not in o.gateway.full_log(), "a healthy link was declared dead"
         assert link_ports(o) == ports, "a healthy link was closed"
@@ -591,7 +593,8 @@ def test_device_reconnects_on_its_next_circuit_after_a_silent_drop(netns: Netns,
         assert len(ports) == 1, f"the tunnel should hold one controller connection: {r.stdout}"
         for chain, flag in (("OUTPUT", "--sport"), ("INPUT", "--dport")):
             run(*netns.exec_args(), "iptables", "-A", chain, "-p", "tcp", flag, str(ports[0]), "-j", "DROP")
-        time.sleep(1.5)  # quiet for longer than the probe's freshness (1 s)
+        # Sleep: quiet for longer than the probe's freshness (1 s): the clock must pass it.
+        time.sleep(1.5)
 
         ok, outcome, took = request()
         print(f"first request after the silent drop: {outcome} after {took:.2f} s")

@@ -162,6 +162,7 @@ def test_renewed_gateways_old_certificate_gets_no_circuit(controller: Controller
                  "the copy being told it is refused")
         refusals_mark = controller.process.full_log().count("overlay connection refused")
         window = 20.0
+        # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
         refusals = controller.process.full_log().count("overlay connection refused") - refusals_mark
         said = copy.full_log().count("refused this gateway's identity")
@@ -195,6 +196,7 @@ def test_revoked_gateway_says_why_and_backs_off(controller: Controller, backend:
                  "the revoked gateway being told why")
         mark = controller.process.full_log().count("overlay connection refused")
         window = 15.0
+        # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
         refusals = controller.process.full_log().count("overlay connection refused") - mark
         print(f"revoked gateway: {refusals} reconnects in {window:.0f} s; log: "

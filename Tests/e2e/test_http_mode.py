@@ -205,6 +205,7 @@ def test_pipelined_requests_sent_while_a_response_streams(gateway: Gateway) -> N
         assert headers.get("transfer-encoding") == "chunked", headers
         first = conn.chunk()  # chunk 0 is here; chunks 1 and 2 are 150 and 300 ms away
         conn.send(HEALTH_REQUEST)
+        # Sleep: apart, so the gateway reads them separately; nothing it exposes says it has read the first.
         time.sleep(0.05)
         conn.send(QUERY_REQUEST)
         body = first + conn.body(headers)
@@ -476,11 +477,13 @@ def test_slow_reader_memory(gateway_factory, backend: Backend) -> None:
                 received += len(next(chunks))
             # Stop reading for 3 s: without backpressure the gateway would pull hundreds of MiB meanwhile.
             for _ in range(30):
+                # Sleep: RSS is sampled through a stall; the binary exposes no state saying its backend reads are held.
                 time.sleep(0.1)
                 peak = max(peak, rss_bytes(gw.pid))
             # Then read slowly for a while.
             for _ in range(200):
                 received += len(next(chunks))
+                # Sleep: the gaps between reads are the slow reader.
                 time.sleep(0.005)
                 peak = max(peak, rss_bytes(gw.pid))
     growth = peak - baseline

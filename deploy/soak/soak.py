@@ -21,12 +21,28 @@ restart it, and revoke a throwaway device (create, enroll, start a tunnel, open 
 must end at once and the tunnel must refuse new requests). Time to recover (first request through each affected path
 after the restart) is measured by probing.
 
-Every SAMPLE_S seconds the resident memory (VmRSS, and its private part RssAnon) and open descriptors of every
-long-lived process are read from /proc, per incarnation (pid). At the end of warm-up and at the end of the run, load
-pauses and the counts settle (quiescent points); the descriptors at the end must be back to the first quiescent
+Every SAMPLE_S seconds the resident memory (VmRSS, and its private part RssAnon), CPU time and open descriptors of
+every long-lived process are read from /proc, per incarnation (pid). At the end of warm-up and at the end of the run,
+load pauses and the counts settle (quiescent points); the descriptors at the end must be back to the first quiescent
 point's, and the slope of private memory after warm-up, extrapolated over the run, must stay under the limit. Private
 memory is judged because file-backed pages (the executable's code, faulted in as code paths first run) are not
 memory the process holds on to; RSS is reported beside it. Exit status 0 only if everything holds.
+
+Each incarnation is judged after its own warm-up under load, not after its birth: a restarted process may idle for
+minutes before traffic reaches it (a restarted controller of two gets the devices only when the other one is killed),
+and its caches, arenas and pools fill only then. An incarnation carries load from the first sample after which, in
+most sample intervals over LOAD_CONFIRM_S, it uses at least LOAD_CPU_FRACTION of its own busy level (its highest
+sustained CPU share) and LOAD_CPU_FLOOR of a core (CPU time from /proc/PID/stat: every byte relayed costs CPU;
+heartbeats, links and the start-up burst do not make a majority). Its judged window starts once it has carried load
+for the run's own warm-up (never before the run's warm-up ends). An incarnation that never carries load is judged as
+idle, from INCARNATION_WARMUP_S after its birth: an idle process must not grow either (heartbeats, admin requests,
+links), and with nothing to warm up, what it holds after its start is its level. Either way a window shorter than
+MIN_FIT_SPAN_S is not slope-judged, and a quiescent point is compared with the end only for an incarnation that was
+past its warm-up at that point. The report says, per incarnation, which it was and from when.
+
+--inject-leak BYTES proves the judge can still fail a run: it starts both gateways with
+ILS_TEST_LEAK_BYTES_PER_REQUEST=BYTES, a test-only switch that makes the proxy core keep BYTES of private memory for
+every request it forwards to the backend (Sources/ILSProxy/InjectedLeak.swift). Such a run must end FAIL on memory.
 
 Two controllers (--controllers 2; the default is 1, as above): a PostgreSQL server this run starts (Tests/e2e/
 pg_fixture.py: initdb in a temporary directory, stopped at the end whatever happens), controller A on it (`controller
@@ -92,6 +108,8 @@ HarnessFailure = (pytest.fail.Exception, pytest.skip.Exception)
 
 MIB = 1024 * 1024
 KIB = 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LEAK_ENV = "ILS_TEST_LEAK_BYTES_PER_REQUEST"  # the gateways' test-only leak (--inject-leak)
 
 REQUEST_TIMEOUT_S = 30.0  # any single operation (one download, one SSE stream, one WebSocket session)
 FAULT_GRACE_S = 2.0  # after the first success through a path, every request that starts later must succeed
@@ -102,7 +120,12 @@ SAMPLE_S = 5.0
 FD_SLACK = 2  # descriptors at the final quiescent point may exceed the first one by this much
 RSS_LIMIT_MIB = 8.0  # the growth allowed over the run (slope after warm-up x run length), or
 RSS_LIMIT_FRACTION = 0.20  # this fraction of the process's RSS after warm-up, whichever is larger
-INCARNATION_WARMUP_S = 30.0  # a (re)started process's first seconds are its own warm-up: caches, arenas, pools
+INCARNATION_WARMUP_S = 30.0  # an idle incarnation's first seconds are its start-up: identity, store, links
+LOAD_CPU_FRACTION = 0.25  # an incarnation carries load from when it uses this fraction of its own busy level (its
+# highest sustained CPU share; see load_onset), and at least
+LOAD_CPU_FLOOR = 0.02  # this share of one core: heartbeats and links cost well under it (an idle process judged as
+# loaded only starts its window later; a loaded one judged idle would count its warm-up as growth)
+LOAD_CONFIRM_S = 20.0  # most sample intervals over this long must reach the threshold: a start-up burst is not load
 MIN_FIT_SPAN_S = 300.0  # a slope over less than 5 minutes of samples after warm-up is not judged: allocator noise
 # (±5 MiB swings with 4 MiB bodies) and the slow end of warm-up cannot be told from a leak in less
 QUIESCENT_RSS_LIMIT_MIB = 16.0  # the check every run makes, short ones included: RSS at the final quiescent point
@@ -372,8 +395,10 @@ class System:
     --store`) and B (`controller join`) on a PostgreSQL server this run starts and stops (pg_fixture); the devices
     and the gateway are enrolled through A once B has joined, so their identity files list both, in that order."""
 
-    def __init__(self, binary: Path, work: Path, logs: Path, devices: int, controllers: int = 1) -> None:
+    def __init__(self, binary: Path, work: Path, logs: Path, devices: int, controllers: int = 1,
+                 leak_bytes: int = 0) -> None:
         self.work = work
+        self.leak_bytes = leak_bytes  # --inject-leak: the gateways keep this much per request, on purpose
         self.logs = logs
         self.devices = [f"soak-dev-{i + 1}" for i in range(devices)]
         self.pg: Optional[pg_fixture.TestPostgres] = None
@@ -432,7 +457,9 @@ class System:
         pki.mkdir()
         self.certs = make_certs(pki)
         self.http = Gateway(self.controller.binary, "tls", self.backend, self.certs, self.logs, [])
+        self.http.env = self.gateway_env(self.http.env)
         self.http.start()
+        self.check_leak_switch(self.http)
 
     def start_cluster(self) -> None:
         """PostgreSQL, A on it, B joined to it, and an admin file per controller that dials that one only."""
@@ -462,12 +489,26 @@ class System:
 
     def start_gateway(self) -> None:
         g = gateway_process(self.controller, self.backend, self.logs, identity="soak-gw")
+        g.env = self.gateway_env(g.env)
         g.start()
         g.wait_for_log("hosting service")
+        self.check_leak_switch(g)
         if self.clustered:  # it learns the other controllers from the first and links to each
             wait_gateway_linked(SimpleNamespace(gateway=g), *self.controllers.values())
         with self.lock:
             self.gateway = g
+
+    def gateway_env(self, env: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        """A gateway's environment: with --inject-leak, its own plus the leak switch; otherwise unchanged (None:
+        inherit this process's). Only the gateways get it: they are what runs the proxy core."""
+        if not self.leak_bytes:
+            return env
+        return {**(os.environ if env is None else env), LEAK_ENV: str(self.leak_bytes)}
+
+    def check_leak_switch(self, gateway: ManagedProcess) -> None:
+        """A leak run whose binary ignores the switch would pass and look like a judge that cannot see leaks."""
+        if self.leak_bytes:
+            gateway.wait_for_log(f"{LEAK_ENV} is set", timeout=10)
 
     def processes(self) -> list[tuple[str, ManagedProcess]]:
         with self.lock:
@@ -728,6 +769,7 @@ class Sample:
     anon: int  # RssAnon: private (heap, stacks): what a leak grows, and what the verdict judges
     fds: int
     paused: bool = False  # taken while the load was paused for a quiescent point (not used in slope fits)
+    cpu: float = 0.0  # CPU seconds used so far (user + system): where it grows fast, the incarnation carries load
 
 
 def resident(pid: int) -> tuple[int, int]:
@@ -743,6 +785,14 @@ def resident(pid: int) -> tuple[int, int]:
     if "VmRSS" not in fields:
         raise AssertionError(f"no VmRSS for pid {pid}")
     return fields["VmRSS"], fields.get("RssAnon", fields["VmRSS"])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process so far, from /proc/PID/stat (fields 14 and 15, after the command name,
+    which may itself hold spaces and parentheses)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 class Sampler:
@@ -762,8 +812,8 @@ class Sampler:
         for role, p in self.system.processes():
             try:
                 rss, anon = resident(p.pid)
-                out.append(Sample(now, role, p.pid, rss, anon, fd_count(p.pid), paused))
-            except (OSError, AssertionError):
+                out.append(Sample(now, role, p.pid, rss, anon, fd_count(p.pid), paused, cpu_seconds(p.pid)))
+            except (OSError, AssertionError, IndexError, ValueError):
                 pass  # exited between the listing and the read
         return out
 
@@ -1088,21 +1138,67 @@ class AdminWriter:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float,
+def load_onset(ss: list[Sample], floor: float = LOAD_CPU_FLOOR, fraction: float = LOAD_CPU_FRACTION,
+               confirm_s: float = LOAD_CONFIRM_S) -> Optional[float]:
+    """When one incarnation's samples (in time order) start carrying load, None if they never do.
+
+    Its busy level is the highest median CPU share (of one core, per interval between samples) over any confirm_s
+    window of its life; it carries load from the first sample from which most intervals over the next confirm_s each
+    reach `fraction` of that level, and at least `floor`. Relative, because what a process under load uses depends
+    on the build and on how many processes share the cores (a tunnel relaying 4 MiB/s used 8 % of a core in a debug
+    run on 2 cores); a floor, because an idle process's own busiest minute is still idle. A median and a majority, so
+    that one busy interval (the start-up, a burst of admin requests) does not make an idle process loaded and one
+    quiet interval does not hide a loaded one."""
+    shares = [(b.cpu - a.cpu) / (b.t - a.t) if b.t > a.t else 0.0 for a, b in zip(ss, ss[1:])]
+    windows = []  # (sample index, the shares of the intervals in the confirm_s seconds after it)
+    j = 0
+    for i, a in enumerate(ss):
+        j = max(j, i + 1)
+        while j < len(ss) and ss[j].t - a.t < confirm_s:
+            j += 1
+        if j == len(ss):
+            break
+        windows.append((i, shares[i:j]))
+    if not windows:
+        return None
+    busy = max(sorted(w)[len(w) // 2] for _, w in windows)
+    threshold = max(floor, fraction * busy)
+    for i, w in windows:
+        if 2 * sum(x >= threshold for x in w) > len(w):
+            return ss[i].t
+    return None
+
+
+def warmed_up(ss: list[Sample], warmup_s: float,
+              inc_warmup_s: float = INCARNATION_WARMUP_S) -> tuple[float, Optional[float]]:
+    """(end of its own warm-up, load onset or None) for one incarnation: once it has carried load for the run's
+    warm-up (warmup_s), or, if it never carries load, INCARNATION_WARMUP_S after its birth."""
+    onset = load_onset(ss)
+    return (onset + warmup_s if onset is not None else ss[0].t + inc_warmup_s), onset
+
+
+def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float, warmup_s: float,
                    inc_warmup_s: float = INCARNATION_WARMUP_S) -> list[dict]:
     """Per incarnation (role, pid): first/last/max, and the RSS slope over the samples taken under load after the
-    run's warm-up (fit_from_s: when the load resumed after the first quiescent point) and the incarnation's own."""
+    run's warm-up (fit_from_s: when the load resumed after the first quiescent point) and after the incarnation's
+    own warm-up: warmup_s (the run's) from when it starts carrying load, or inc_warmup_s from its birth if it never
+    does (judged as idle)."""
     by_inc: dict[tuple[str, int], list[Sample]] = {}
     for s in samples:
         by_inc.setdefault((s.role, s.pid), []).append(s)
     rows = []
     for (role, pid), ss in sorted(by_inc.items(), key=lambda kv: (kv[0][0], kv[1][0].t)):
-        born = ss[0].t
-        settled = [s for s in ss if s.t >= max(fit_from_s, born + inc_warmup_s) and not s.paused]
+        warm, onset = warmed_up(ss, warmup_s, inc_warmup_s)
+        start = max(fit_from_s, warm)  # never before the run's warm-up and first quiescent point
+        settled = [s for s in ss if s.t >= start and not s.paused]
+        life = ss[-1].t - ss[0].t
         rss = rss_verdict([(s.t, s.rss) for s in settled], run_s)  # reported
         anon = rss_verdict([(s.t, s.anon) for s in settled], run_s)  # judged
         rows.append({
             "role": role, "pid": pid, "from_s": round(ss[0].t, 1), "to_s": round(ss[-1].t, 1), "samples": len(ss),
+            "carries_load": onset is not None, "load_from_s": round(onset, 1) if onset is not None else None,
+            "warm_from_s": round(warm, 1), "judged_from_s": round(start, 1),
+            "cpu_share": (ss[-1].cpu - ss[0].cpu) / life if life > 0 else 0.0,
             "rss_first_mib": ss[0].rss / MIB, "rss_settled_mib": settled[0].rss / MIB if settled else None,
             "rss_last_mib": ss[-1].rss / MIB, "rss_max_mib": max(s.rss for s in ss) / MIB,
             "fds_first": ss[0].fds, "fds_last": ss[-1].fds, "fds_max": max(s.fds for s in ss),
@@ -1116,19 +1212,23 @@ def analyse_memory(samples: list[Sample], fit_from_s: float, run_s: float,
     return rows
 
 
-def fd_checks(first: dict, last: dict) -> list[dict]:
+def fd_checks(first: dict, last: dict, settled_from: Optional[dict[int, float]] = None) -> list[dict]:
     """Quiescent point after warm-up vs at the end, per role: descriptors back to where they were (any
     incarnation: a restarted process at rest holds the same sockets and files), and for a process that was never
-    restarted, private memory (RssAnon) grown by at most QUIESCENT_RSS_LIMIT_MIB."""
+    restarted, private memory (RssAnon) grown by at most QUIESCENT_RSS_LIMIT_MIB. settled_from (pid -> seconds: the
+    end of each incarnation's own warm-up, analyse_memory's warm_from_s) leaves memory uncompared where the first
+    point was taken during that warm-up (under load, or its start-up if idle): what it fills then is not growth."""
     out = []
     for role in sorted(set(first) & set(last)):
         a, b = first[role], last[role]
         same = a["pid"] == b["pid"]
-        rss_ok = not same or b["anon"] - a["anon"] <= QUIESCENT_RSS_LIMIT_MIB * MIB
+        warm = settled_from is None or a.get("t", 0.0) >= settled_from.get(a["pid"], 0.0)
+        rss_judged = same and warm
+        rss_ok = not rss_judged or b["anon"] - a["anon"] <= QUIESCENT_RSS_LIMIT_MIB * MIB
         out.append({"role": role, "pid_first": a["pid"], "pid_last": b["pid"], "fds_first": a["fds"],
                     "fds_last": b["fds"], "rss_first_mib": a["rss"] / MIB, "rss_last_mib": b["rss"] / MIB,
                     "anon_first_mib": a["anon"] / MIB, "anon_last_mib": b["anon"] / MIB,
-                    "fds_ok": b["fds"] <= a["fds"] + FD_SLACK, "rss_ok": rss_ok,
+                    "fds_ok": b["fds"] <= a["fds"] + FD_SLACK, "rss_judged": rss_judged, "rss_ok": rss_ok,
                     "ok": b["fds"] <= a["fds"] + FD_SLACK and rss_ok})
     return out
 
@@ -1149,6 +1249,19 @@ def admin_writes_summary(writes: list[Write], views: dict) -> dict:
         "views": views,
         "failed_writes": [asdict(w) for w in writes if not w.ok][:200],
     }
+
+
+def injected_leak(ops: list[Op], per_request: int, first: dict, last: dict, t0: float) -> dict:
+    """What --inject-leak should have kept, per gateway: requests (one per operation; a WebSocket session is one)
+    through its paths between the first quiescent point and the last, times the bytes per request. An estimate: a
+    request that failed before reaching the gateway kept nothing."""
+    out = {}
+    for role, group in (("gateway-http", "http"), ("gateway-overlay", "overlay")):
+        a, b = first.get(role, {}).get("t"), last.get(role, {}).get("t")
+        n = sum(1 for o in ops if path_group(o.path) == group and a is not None and b is not None
+                and a <= o.start - t0 <= b)
+        out[role] = {"requests_between_quiescent_points": n, "expected_kept_mib": n * per_request / MIB}
+    return out
 
 
 def render_markdown(rep: dict) -> str:
@@ -1206,19 +1319,33 @@ def render_markdown(rep: dict) -> str:
                  f"{', '.join(x['outcome'] for x in d.get('new_requests', []))} | {d.get('tunnel_exit')} | "
                  f"{'yes' if e['ok'] else '**NO** ' + d.get('error', '')[:80]} |" if end is not None else
                  f"| {e['at']:.0f} | | | | | | **NO** {d.get('error', '')[:120]} |")
+    if rep.get("injected_leak"):
+        L += ["", f"## Injected leak: {rep['inject_leak_bytes_per_request']} bytes per proxied request (this run "
+              "must FAIL on memory)", "", "| gateway | requests between the quiescent points | expected kept MiB |",
+              "| --- | ---: | ---: |"]
+        for role, x in rep["injected_leak"].items():
+            L.append(f"| {role} | {x['requests_between_quiescent_points']} | {x['expected_kept_mib']:.1f} |")
     L += ["", "## Memory and descriptors (every incarnation; MiB; slopes under load after warm-up, over all "
           "samples and over each minute's minimum; growth = floor slope × run length)", "",
           "Judged: private memory (RssAnon: heap, stacks), where a leak shows. RSS also counts the executable's and "
           "libraries' pages, faulted in as code paths first run and bounded by those files' size; its floor slope "
           "is shown for reference.", "",
-          "| process | pid | alive (s) | RSS first / last / max | RSS floor slope KiB/min | private first / after "
+          f"Each incarnation is judged after its own warm-up: {rep['warmup_s']:.0f} s (the run's) after it starts "
+          f"carrying load (in most intervals over {LOAD_CONFIRM_S:.0f} s, ≥ {LOAD_CPU_FRACTION:.0%} of its busiest "
+          f"{LOAD_CONFIRM_S:.0f} s and ≥ {LOAD_CPU_FLOOR:.0%} of a core), or, if "
+          f"it never does, as idle from {INCARNATION_WARMUP_S:.0f} s after its start; never before the run's warm-up "
+          "ends.", "",
+          "| process | pid | alive (s) | CPU (share of a core) | load from (s) | judged from (s) | "
+          "RSS first / last / max | RSS floor slope KiB/min | private first / after "
           "warm-up / last / max | private slope KiB/min | private floor slope KiB/min | growth over run MiB (limit) | "
           "fds first / last / max | flat |",
-          "| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+          "| --- | ---: | --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
     for m in rep["memory"]:
         judged = m.get("anon_judged")
         L.append(
-            f"| {m['role']} | {m['pid']} | {m['from_s']:.0f}–{m['to_s']:.0f} | "
+            f"| {m['role']} | {m['pid']} | {m['from_s']:.0f}–{m['to_s']:.0f} | {m['cpu_share']:.0%} | "
+            + (f"{m['load_from_s']:.0f}" if m["carries_load"] else "idle: never")
+            + f" | {m['judged_from_s']:.0f} | "
             f"{m['rss_first_mib']:.1f} / {m['rss_last_mib']:.1f} / {m['rss_max_mib']:.1f} | "
             + (f"{m['rss_floor_slope_kib_per_min']:+.1f}" if m.get("rss_judged") else "–")
             + f" | {m['anon_first_mib']:.1f} / "
@@ -1226,7 +1353,7 @@ def render_markdown(rep: dict) -> str:
             + f" / {m['anon_last_mib']:.1f} / {m['anon_max_mib']:.1f} | "
             + (f"{m['anon_slope_kib_per_min']:+.1f} | {m['anon_floor_slope_kib_per_min']:+.1f} | "
                f"{m['anon_growth_over_run_mib']:+.2f} ({m['anon_limit_mib']:.1f})"
-               if judged else "– | – | too short to judge")
+               if judged else "– | – | window after warm-up too short to judge")
             + f" | {m['fds_first']} / {m['fds_last']} / {m['fds_max']} | "
             + ("–" if not judged else ("yes" if m["anon_flat"] else "**NO**")) + " |")
     L += ["", "## Quiescent points (load paused, connections settled)", "",
@@ -1235,7 +1362,10 @@ def render_markdown(rep: dict) -> str:
     for q in rep["quiescent"]:
         L.append(f"| {q['role']} | {q['from']} | {q['pid_first']} → {q['pid_last']} | {q['fds_first']} → {q['fds_last']} | "
                  f"{q['rss_first_mib']:.1f} → {q['rss_last_mib']:.1f} | "
-                 f"{q['anon_first_mib']:.1f} → {q['anon_last_mib']:.1f} | {'yes' if q['ok'] else '**NO**'} |")
+                 f"{q['anon_first_mib']:.1f} → {q['anon_last_mib']:.1f}"
+                 + ("" if q.get("rss_judged", True) else " (not compared: "
+                    + ("restarted" if q["pid_first"] != q["pid_last"] else "in its warm-up") + ")")
+                 + f" | {'yes' if q['ok'] else '**NO**'} |")
     if rep["unexpected_failures"]:
         L += ["", "## Unexpected failures (first 50)", ""]
         L += [f"- t={u['start_s']:.1f}–{u['end_s']:.1f} s {u['path']} {u['kind']}: {u['detail']}"
@@ -1267,22 +1397,30 @@ def print_summary(rep: dict) -> None:
             info = f"recovered {d.get('recovered_s')} s after restart, integrity {d.get('integrity_check', '-')}"
         print(f"t={e['at']:7.1f}s {e['kind']:<10} {'ok ' if e['ok'] else 'BAD'} {info} {d.get('error', '')[:200]}")
     print()
-    print(f"{'process':<18} {'pid':>7} {'RSS last':>8} {'priv 1st':>8} {'settled':>8} {'last':>7} {'max':>7} "
-          f"{'KiB/min':>8} {'floor':>8} {'growth':>7} {'fds f/l/max':>12}")
+    print(f"{'process':<18} {'pid':>7} {'CPU':>4} {'load@':>6} {'judged@':>7} {'RSS last':>8} {'priv 1st':>8} "
+          f"{'settled':>8} {'last':>7} {'max':>7} {'KiB/min':>8} {'floor':>8} {'growth':>7} {'fds f/l/max':>12}")
     for m in rep["memory"]:
         judged = m.get("anon_judged")
         slope = (f"{m['anon_slope_kib_per_min']:+8.1f} {m['anon_floor_slope_kib_per_min']:+8.1f}" if judged
                  else f"{'-':>8} {'-':>8}")
         growth = f"{m['anon_growth_over_run_mib']:+7.2f}" if judged else f"{'-':>7}"
         settled = f"{m['anon_settled_mib']:8.1f}" if m.get("anon_settled_mib") is not None else f"{'-':>8}"
-        print(f"{m['role']:<18} {m['pid']:>7} {m['rss_last_mib']:8.1f} {m['anon_first_mib']:8.1f} {settled} "
+        load = f"{m['load_from_s']:6.0f}" if m["carries_load"] else f"{'idle':>6}"
+        print(f"{m['role']:<18} {m['pid']:>7} {m['cpu_share']:4.0%} {load} {m['judged_from_s']:7.0f} "
+              f"{m['rss_last_mib']:8.1f} {m['anon_first_mib']:8.1f} {settled} "
               f"{m['anon_last_mib']:7.1f} {m['anon_max_mib']:7.1f} {slope} {growth} "
               f"{m['fds_first']:>4}/{m['fds_last']}/{m['fds_max']}")
     print()
     for q in rep["quiescent"]:
         print(f"quiescent {q['role']:<18} {q['from']:<14} fds {q['fds_first']} -> {q['fds_last']}  "
               f"RSS {q['rss_first_mib']:.1f} -> {q['rss_last_mib']:.1f} MiB, private {q['anon_first_mib']:.1f} -> "
-              f"{q['anon_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}")
+              f"{q['anon_last_mib']:.1f} MiB  {'ok' if q['ok'] else 'GREW'}"
+              + ("" if q.get("rss_judged", True) or q["pid_first"] != q["pid_last"]
+                 else " (memory not compared: in its warm-up)"))
+    if rep.get("injected_leak"):
+        print(f"\ninjected leak {rep['inject_leak_bytes_per_request']} B/request: " + ", ".join(
+            f"{role} {x['requests_between_quiescent_points']} requests between the quiescent points "
+            f"(~{x['expected_kept_mib']:.1f} MiB kept)" for role, x in rep["injected_leak"].items()))
     if rep.get("admin_writes"):
         w = rep["admin_writes"]
         print(f"\ncontrollers {rep['controllers']}, SIGKILLs {rep['controller_kills']}; admin writes "
@@ -1328,7 +1466,12 @@ def main() -> int:
     ap.add_argument("--controllers", type=int, choices=(1, 2), default=1,
                     help="1: one controller on SQLite; 2: A and B on a PostgreSQL server the run starts, killed in "
                          "turn, with admin writes through both checked for lost acknowledged writes")
+    ap.add_argument("--inject-leak", type=int, default=0, metavar="BYTES",
+                    help=f"start the gateways with {LEAK_ENV}=BYTES (test only: they keep BYTES per proxied request "
+                         "forever), to show the memory judge fails a leaking process; such a run must FAIL")
     args = ap.parse_args()
+    if args.inject_leak < 0:
+        ap.error("--inject-leak takes a number of bytes, 0 or more")
 
     duration = args.duration
     interval = args.sample_interval or (SAMPLE_S if duration >= 600 else 2.0)
@@ -1343,6 +1486,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ils-soak-"))
     binary = work / "ils-gateway"  # a copy: a rebuild during a long run cannot swap the binary under it
     shutil.copy2(args.bin, binary)
+    if args.inject_leak:
+        log(f"soak: INJECTED LEAK: the gateways keep {args.inject_leak} bytes per proxied request; this run must FAIL")
     log(f"soak: {args.controllers} controller(s), {duration:.0f} s of load, warm-up {warmup:.0f} s, {len(plan)} events every {period:.0f} s "
         f"({', '.join(k for _, k in plan)}), seed {seed}, binary {args.bin}, out {out}")
 
@@ -1353,7 +1498,7 @@ def main() -> int:
     atexit.register(stop_leftovers)  # backstop, e.g. for a second Ctrl-C during the teardown
     # websockets logs a traceback when a connection dies under it; the worker records the failure itself.
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
-    system = System(binary, work, logs, args.devices, args.controllers)
+    system = System(binary, work, logs, args.devices, args.controllers, args.inject_leak)
     load: Optional[Load] = None
     writer: Optional[AdminWriter] = None
     writes: dict = {}
@@ -1456,9 +1601,10 @@ def main() -> int:
     cls = classify(ops, windows)
     requests = [{"path": p, "kind": k, **row} for (p, k), row in sorted(cls["table"].items())]
     totals = {k: sum(r[k] for r in requests) for k in ("ok", "failed", "corrupted", "unexpected", "timeouts", "bytes")}
-    memory = analyse_memory(sampler.samples if sampler else [], fit_from, duration)
-    quiescent = [{"from": "after warm-up", **q} for q in fd_checks(q_first, q_last)]
-    quiescent += [{"from": "start of tail", **q} for q in fd_checks(q_tail, q_last)]
+    memory = analyse_memory(sampler.samples if sampler else [], fit_from, duration, warmup)
+    warm_from = {m["pid"]: m["warm_from_s"] for m in memory}
+    quiescent = [{"from": "after warm-up", **q} for q in fd_checks(q_first, q_last, warm_from)]
+    quiescent += [{"from": "start of tail", **q} for q in fd_checks(q_tail, q_last, warm_from)]
     events = [asdict(e) for e in (chaos.events if chaos else [])]
     for e in events:
         e.pop("window", None)
@@ -1480,9 +1626,11 @@ def main() -> int:
         failures.append(f"only {len(events)} of {len(plan)} events ran")
     for m in memory:
         if m.get("anon_judged") and not m["anon_flat"]:
+            how = f"under load from {m['load_from_s']:.0f} s" if m["carries_load"] else "idle"
             failures.append(f"{m['role']} (pid {m['pid']}) private memory floor grows "
                             f"{m['anon_floor_slope_kib_per_min']:.0f} KiB/min "
-                            f"({m['anon_growth_over_run_mib']:.1f} MiB over the run, limit {m['anon_limit_mib']:.1f})")
+                            f"({m['anon_growth_over_run_mib']:.1f} MiB over the run, limit {m['anon_limit_mib']:.1f}; "
+                            f"judged from {m['judged_from_s']:.0f} s, {how})")
     for q in quiescent:
         if not q["fds_ok"]:
             failures.append(f"{q['role']} descriptors {q['fds_first']} ({q['from']}) -> {q['fds_last']} (end)")
@@ -1531,6 +1679,8 @@ def main() -> int:
         "samples": [asdict(s) for s in (sampler.samples if sampler else [])],
         "exit_codes": exit_codes, "final_integrity_check": final_integrity, "passed": not failures, "failures": failures,
         "controllers": len(system.controllers), "controller_kills": kills,
+        "inject_leak_bytes_per_request": args.inject_leak,
+        "injected_leak": injected_leak(ops, args.inject_leak, q_first, q_last, t0) if args.inject_leak else None,
         "admin_writes": admin_writes_summary(writer.writes if writer else [], writes) if system.clustered else None,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
