@@ -8,17 +8,37 @@
 #  3. the device side's tests run on that code: the Swift suites (crypto, fabric, overlay, client, tunnel), then the
 #     end-to-end overlay and client tests, with ILS_AEAD=swift-crypto-api, which selects the same Swift-API path at
 #     run time in the ordinary build (Sources/ILSCrypto/E2ERecords.swift; AEADPathTests fails if it does not).
-# Needs the ordinary build (deploy/test.sh, or swift build --build-tests). The trait build has its own directory
-# (.build-apple), so the ordinary build is not invalidated.
+# Needs the ordinary build (deploy/test.sh, or swift build --build-tests). The trait build goes last and into the
+# ordinary build directory: the trait changes the flags of this package's targets only, so it recompiles ILSClient's
+# six targets of ours (about 20 s) and none of the dependencies (a separate directory took 5 minutes). The next
+# ordinary `swift build` recompiles those six again.
+#
+#   deploy/apple-path.sh          # what CI runs
+#   deploy/apple-path.sh --full   # every target built with the trait (.build-apple, a whole second build) and the
+#                                 # same tests on it: run it before changing ILSCrypto's #if ILS_APPLE_CODE_PATH code
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${1:-}" = --full ]; then
+    scratch=.build-apple
+    echo "== swift build --build-tests --traits AppleCodePath (into $scratch)" >&2
+    swift build --build-tests --traits AppleCodePath --scratch-path "$scratch"
+    echo "== the device side's Swift suites, AppleCodePath build" >&2
+    swift test --skip-build --traits AppleCodePath --scratch-path "$scratch" \
+        --filter 'ILSCryptoTests|ILSFabricTests|ILSOverlayTests|ILSClientTests|ILSTunnelTests'
+    bin="$(swift build --traits AppleCodePath --scratch-path "$scratch" --show-bin-path)"
+    echo "== end-to-end overlay and client tests, AppleCodePath binaries ($bin)" >&2
+    # ILS_AEAD only tells test_overlay.py which aead= to expect: the trait build always takes the Swift-API path.
+    ILS_AEAD=swift-crypto-api ILS_BIN="$bin/ils-gateway" ILS_CLIENT_EXAMPLE_BIN="$bin/ils-client-example" \
+        python3 -m pytest -q Tests/e2e/test_overlay.py Tests/e2e/test_client_example.py
+    exit 0
+elif [ $# -gt 0 ]; then
+    echo "apple-path.sh: unknown argument '$1' (--full, or nothing)" >&2
+    exit 64
+fi
+
 echo "== ILSClient's closure: no system library, no unguarded Glibc or CSodium" >&2
 ./deploy/check-client-closure.sh
-
-scratch=.build-apple
-echo "== swift build --traits AppleCodePath --product ILSClient (into $scratch)" >&2
-swift build --traits AppleCodePath --scratch-path "$scratch" --product ILSClient
 
 export ILS_AEAD=swift-crypto-api
 echo "== the device side's Swift suites, ILS_AEAD=$ILS_AEAD" >&2
@@ -29,3 +49,6 @@ bin="$(swift build --show-bin-path)"
 echo "== end-to-end overlay and client tests, ILS_AEAD=$ILS_AEAD ($bin)" >&2
 ILS_BIN="$bin/ils-gateway" ILS_CLIENT_EXAMPLE_BIN="$bin/ils-client-example" \
     python3 -m pytest -q Tests/e2e/test_overlay.py Tests/e2e/test_client_example.py
+
+echo "== swift build --traits AppleCodePath --target ILSClient" >&2
+swift build --traits AppleCodePath --target ILSClient
