@@ -77,6 +77,9 @@ public final class HTTPModeServer: Service, Sendable {
     /// Whether the policy link is up and bound to the controller (tests).
     package var policyLinkIsBound: Bool { link?.isBound ?? false }
 
+    /// The certificate the bound policy link was dialled with, if it is bound (tests: a renewal's new link).
+    package var policyLinkBoundCertificate: String? { link?.boundCertificate }
+
     /// Backend connections whose reads are held because their client cannot take more (tests: backpressure).
     package var heldBackendReads: Int { core.pools.heldReads }
 

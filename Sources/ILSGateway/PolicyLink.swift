@@ -52,6 +52,8 @@ final class PolicyLink: Sendable {
 
     private struct State {
         var channel: (any Channel)?
+        /// The certificate `channel` was dialled with: after a renewal, the old link stays bound until it has closed.
+        var channelCertificate: String?
         var outcome: Outcome?
         var stopped = false
         var graceTimer: Scheduled<Void>?
@@ -121,10 +123,13 @@ final class PolicyLink: Sendable {
     var hasPolicy: Bool { policy.isKnown }
 
     /// Whether the link is up and bound, so a client's certificate is checked with the controller (tests).
-    var isBound: Bool {
+    var isBound: Bool { boundCertificate != nil }
+
+    /// The certificate of the link that is up and bound now, if one is (tests: a renewal's new link is bound).
+    var boundCertificate: String? {
         state.withLockedValue { state in
-            guard state.control != nil, case .bound? = state.outcome else { return false }
-            return true
+            guard state.control != nil, case .bound? = state.outcome else { return nil }
+            return state.channelCertificate
         }
     }
 
@@ -227,9 +232,11 @@ final class PolicyLink: Sendable {
             // went unasked, and a deleted device got in on the local decision).
             state.withLockedValue { $0.outcome = nil }
             do {
+                let dialledWith = certificate
                 let channel = try await connect().get()
                 let stopped = state.withLockedValue { state -> Bool in
                     state.channel = channel
+                    state.channelCertificate = dialledWith
                     return state.stopped
                 }
                 if stopped { channel.close(promise: nil) }
