@@ -64,4 +64,15 @@ struct AEADPathTests {
         #expect(AESGCMRecords.backend == expected)
         #endif
     }
+
+    #if canImport(CCryptoBoringSSL) && !ILS_APPLE_CODE_PATH
+    /// A misspelt switch must not quietly test the other path: CI's Apple-path stage would then prove nothing.
+    @Test("an ILS_AEAD other than the two paths stops the process instead of sealing with either")
+    func unknownPathStops() async {
+        await #expect(processExitsWith: .failure) {
+            setenv("ILS_AEAD", "swift-crypto", 1)
+            _ = AESGCMRecords.backend
+        }
+    }
+    #endif
 }
