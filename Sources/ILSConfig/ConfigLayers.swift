@@ -20,6 +20,16 @@ public struct ConfigLayers: Sendable {
         return nil
     }
 
+    /// A list setting: the repeated flag if given at least once, else the variable's or the file's comma-separated
+    /// text (spaces around each item dropped, empty items skipped), else empty.
+    public func list(_ key: ConfigKey, flag: [String]) -> [String] {
+        if !flag.isEmpty { return flag }
+        guard let text = string(key, flag: nil) else { return [] }
+        return text.split(separator: ",").map { item in
+            String(item.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+        }.filter { !$0.isEmpty }
+    }
+
     /// An integer setting: flag > file > nil.
     public func integer(_ key: ConfigKey, flag: Int?) -> Int? {
         if let flag { return flag }

@@ -37,6 +37,9 @@ extension ConfigKey {
     public static let clientStallTimeout = ConfigKey("client-stall-timeout")
     public static let drainTimeout = ConfigKey("drain-timeout")
     public static let allowRemote = ConfigKey("allow-remote", .boolean)
+    /// Comma-separated lists (`ConfigLayers.list`).
+    public static let allowedHosts = ConfigKey("allowed-hosts", environment: "ILS_ALLOWED_HOSTS")
+    public static let allowOrigins = ConfigKey("allow-origins", environment: "ILS_ALLOW_ORIGINS")
     public static let clientAuth = ConfigKey("client-auth", environment: "ILS_CLIENT_AUTH")
     public static let policyGrace = ConfigKey("policy-grace")
     public static let hstsMaxAge = ConfigKey("hsts-max-age")
@@ -75,6 +78,6 @@ extension ConfigSchema {
     /// `ils-gateway tunnel`.
     public static let tunnel = ConfigSchema(
         command: "tunnel",
-        keys: [.identity, .service, .listen, .allowRemote] + keepalives + observability
+        keys: [.identity, .service, .listen, .allowRemote, .allowedHosts, .allowOrigins] + keepalives + observability
     )
 }

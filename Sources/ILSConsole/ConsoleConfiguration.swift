@@ -58,18 +58,7 @@ public struct ConsoleConfiguration: Sendable {
         ] where amount.nanoseconds <= 0 {
             throw ILSError(.invalidArgument, "\(flag) must be longer than 0")
         }
-        for host in allowedHosts {
-            guard host.utf8.count <= 253, !host.isEmpty,
-                host.unicodeScalars.allSatisfy({
-                    $0.isASCII && ($0.properties.isAlphabetic || "0123456789.-:[]".unicodeScalars.contains($0))
-                })
-            else {
-                throw ILSError(
-                    .invalidArgument,
-                    "--allowed-host must be a host name or address, not '\(host.prefix(60))'"
-                )
-            }
-        }
+        for host in allowedHosts { try HostAllowList.validate(allowedHost: host) }
         guard !Self.isWildcard(host) || allowedHosts.first != nil || !usesTLS else {
             throw ILSError(
                 .invalidArgument,
@@ -87,9 +76,7 @@ public struct ConsoleConfiguration: Sendable {
     }
 
     /// 0.0.0.0 and ::, which browsers never send as a Host.
-    public static func isWildcard(_ host: String) -> Bool {
-        ["0.0.0.0", "::"].contains(bare(host))
-    }
+    public static func isWildcard(_ host: String) -> Bool { HostAllowList.isWildcard(host) }
 
     /// The host a login link names: the listen address, or for a wildcard the first allowed host.
     public var linkHost: String {
@@ -97,17 +84,9 @@ public struct ConsoleConfiguration: Sendable {
         return host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
     }
 
-    /// `host` lowercased and without the brackets of an IPv6 literal.
-    static func bare(_ host: String) -> String {
-        let lowered = host.lowercased()
-        return lowered.hasPrefix("[") && lowered.hasSuffix("]") ? String(lowered.dropFirst().dropLast()) : lowered
-    }
+    /// 127.0.0.0/8, ::1, localhost and `*.localhost`.
+    public static func isLoopback(_ host: String) -> Bool { HostAllowList.isLoopback(host) }
 
-    /// 127.0.0.0/8, ::1 and localhost.
-    public static func isLoopback(_ host: String) -> Bool {
-        let bare = bare(host)
-        if bare == "localhost" || bare == "::1" { return true }
-        let parts = bare.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
-    }
+    /// The `Host` names the console answers to.
+    public var hostAllowList: HostAllowList { HostAllowList(listenHost: host, allowedHosts: allowedHosts) }
 }

@@ -33,9 +33,16 @@ struct ConsoleGuard: RouterMiddleware {
         do {
             response = try await guarded(request, context: context, next: next)
         } catch let error as HTTPError {
-            // A body too large or too slow (`collectForm`), or a route's own HTTP error: answered here, so it gets the
-            // security headers too.
+            // A body too slow (`collectForm`), or a route's own HTTP error: answered here, so it gets the security
+            // headers too.
             response = ConsolePages.plain(error.status, error.body ?? "The request was refused.")
+        } catch let error as any HTTPResponseError {
+            // Any other error that carries a status (a form body over the upload limit is NIOCore's
+            // `NIOTooManyBytesError`, 413): Hummingbird would answer it past this middleware, without the headers.
+            response = ConsolePages.plain(error.status, Self.sentence(for: error.status))
+        } catch {
+            logger.error("console request failed", metadata: ["error": "\(error)"])
+            response = ConsolePages.plain(.internalServerError, "The console could not answer this request.")
         }
         Self.secure(&response.headers)
         return response
@@ -129,23 +136,18 @@ struct ConsoleGuard: RouterMiddleware {
     }
 
     /// Loopback at any port, the listen address (unless it is a wildcard), or an allowed host with or without a
-    /// port.
+    /// port (`HostAllowList`, the tunnel's rule too).
     func isAllowed(host authority: String?) -> Bool {
-        guard let authority, !authority.isEmpty else { return false }
-        let host: String
-        if authority.hasPrefix("[") {
-            guard let end = authority.firstIndex(of: "]") else { return false }
-            host = String(authority[...end])
-        } else {
-            host = String(authority.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0])
+        configuration.hostAllowList.allows(authority: authority)
+    }
+
+    /// What the console says for a status it answers without a page of its own.
+    static func sentence(for status: HTTPResponse.Status) -> String {
+        switch status {
+        case .contentTooLarge: "The form is too large to send."
+        case .requestTimeout: "The form took too long to arrive."
+        default: "The request was refused (\(status.code))."
         }
-        let bare = ConsoleConfiguration.bare(host)
-        return ConsoleConfiguration.isLoopback(bare)
-            || (!ConsoleConfiguration.isWildcard(configuration.host)
-                && bare == ConsoleConfiguration.bare(configuration.host))
-            || configuration.allowedHosts.contains {
-                ConsoleConfiguration.bare($0) == bare || $0.lowercased() == authority.lowercased()
-            }
     }
 
     static func secure(_ headers: inout HTTPFields) {

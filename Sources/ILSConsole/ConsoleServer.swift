@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdTLS
 public import ILSCore
 import ILSFabric
+import ILSIdentity
 public import Logging
 import NIOCore
 import NIOSSL
@@ -86,18 +87,8 @@ public struct ConsoleServer: Sendable {
         }
     }
 
+    /// HTTP mode's profile (`ServerTLSProfile`): GCM suites only under TLS 1.2, one per key type, TLS 1.3 first.
     static func tls(certificate: String, key: String) throws(ILSError) -> TLSConfiguration {
-        do {
-            let chain = try NIOSSLCertificate.fromPEMFile(certificate).map { NIOSSLCertificateSource.certificate($0) }
-            let privateKey = try NIOSSLPrivateKey(file: key, format: .pem)
-            var tls = TLSConfiguration.makeServerConfiguration(
-                certificateChain: chain,
-                privateKey: .privateKey(privateKey)
-            )
-            tls.minimumTLSVersion = .tlsv12
-            return tls
-        } catch {
-            throw ILSError(.invalidInput, "could not read the console's TLS certificate or key: \(error)")
-        }
+        try ServerTLSProfile.configuration(certificateChain: certificate, privateKey: key)
     }
 }

@@ -1,3 +1,4 @@
+import ILSCore
 import NIOConcurrencyHelpers
 
 /// The controller's `RefusalAggregator`, shared by every connection, writing the rows it asks for.

@@ -1,6 +1,7 @@
 public import ILSCore
 import ILSCrypto
 import ILSFabric
+import ILSIdentity
 import ILSProxy
 public import Logging
 import NIOConcurrencyHelpers
@@ -59,11 +60,17 @@ public final class HTTPModeServer: Service, Sendable {
                 keepalive: devices.keepalive,
                 logger: logger
             )
-            self.tlsContext = try TLSServerContext.make(files, clientCA: devices.identity.caCertificate)
+            self.tlsContext = try ServerTLSProfile.context(
+                certificateChain: files.certificateChain,
+                privateKey: files.privateKey,
+                clientCA: devices.identity.caCertificate
+            )
         } else {
             self.policy = nil
             self.link = nil
-            self.tlsContext = try configuration.tls.map { files throws(ILSError) in try TLSServerContext.make(files) }
+            self.tlsContext = try configuration.tls.map { files throws(ILSError) in
+                try ServerTLSProfile.context(certificateChain: files.certificateChain, privateKey: files.privateKey)
+            }
         }
     }
 

@@ -26,19 +26,28 @@ public final class Tunnel: Service, Sendable {
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
     /// Renews the certificate when due and notices one renewed in the identity file by someone else.
     private let keeper: IdentityKeeper?
+    /// Which requests may go into a circuit: the device's programs, not web pages (`TunnelSitePolicy`).
+    private let policy: TunnelSitePolicy
+    private let refusals: TunnelRefusalLog
 
     /// Refuses a non-loopback listen address unless `allowRemote`: anyone who can reach the tunnel's port uses the
     /// device's identity.
-    /// - Parameter identityPath: the identity file, so the tunnel renews its certificate by itself before expiry.
+    /// - Parameters:
+    ///   - identityPath: the identity file, so the tunnel renews its certificate by itself before expiry.
+    ///   - allowedHosts: `Host` names answered besides loopback, the listen address and the service's name.
+    ///   - allowedOrigins: web origins (`http://localhost:3000`) whose pages may send requests.
     public init(
         identity: IdentityFile,
         identityPath: String? = nil,
         service: String,
         listen: HostPort,
         allowRemote: Bool,
+        allowedHosts: [String] = [],
+        allowedOrigins: [String] = [],
         keepalive: FabricKeepalive = .standard,
         logger: Logger
     ) throws(ILSError) {
+        try TunnelSitePolicy.validate(allowedHosts: allowedHosts, allowedOrigins: allowedOrigins)
         guard listen.isLoopback || allowRemote else {
             throw ILSError(
                 .invalidArgument,
@@ -51,6 +60,13 @@ public final class Tunnel: Service, Sendable {
         self.service = service
         self.listen = listen
         self.logger = logger
+        self.policy = TunnelSitePolicy(
+            listenHost: listen.host,
+            service: service,
+            allowedHosts: allowedHosts,
+            allowedOrigins: allowedOrigins
+        )
+        self.refusals = TunnelRefusalLog(logger: logger)
     }
 
     /// Binds the listener (on the dialer's event loop, so each accepted socket and its circuit share a thread).
@@ -58,6 +74,8 @@ public final class Tunnel: Service, Sendable {
         let dialer = self.dialer
         let service = self.service
         let logger = self.logger
+        let policy = self.policy
+        let refusals = self.refusals
         let listener: any Channel
         do {
             listener = try await ServerBootstrap(group: dialer.eventLoop)
@@ -66,7 +84,8 @@ public final class Tunnel: Service, Sendable {
                 .childChannelOption(.writeBufferWaterMark, value: WriteBuffers.localConnection)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(
+                        try channel.pipeline.syncOperations.addHandlers(
+                            TunnelRequestGuard(policy: policy, refusals: refusals),
                             TunnelConnectionHandler(dialer: dialer, service: service, logger: logger)
                         )
                     }
@@ -99,6 +118,11 @@ public final class Tunnel: Service, Sendable {
         await withDiscardingTaskGroup { group in
             if let keeper = self.keeper {
                 group.addTask { await keeper.run { self.adopt($0) } }
+            }
+            group.addTask {
+                // The refusal counts of each minute, written when it ends.
+                // Sleep: the once-a-minute summary is a schedule, not a wait for an event.
+                while (try? await Task.sleep(for: .seconds(60))) != nil { self.refusals.drain() }
             }
             try? await gracefulShutdown()
             group.cancelAll()
@@ -136,18 +160,28 @@ public final class Tunnel: Service, Sendable {
     }
 }
 
-/// Holds an accepted connection's reads until its circuit is open, then glues the two together. A circuit that
-/// cannot be opened is logged in one line and the client connection is closed at once (never left hanging).
+/// Dials the circuit when the first checked request arrives (`TunnelRequestGuard` sits before it), holds what
+/// follows until the circuit is open, then glues the two together. A connection that sends nothing costs no circuit. A
+/// circuit that cannot be opened is logged in one line and the client is answered with the reason at once (never left
+/// hanging).
 final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
+
+    private enum State {
+        case idle
+        /// The first request arrived; what the client sent is held until the circuit is open.
+        case dialling(held: [ByteBuffer])
+        /// The circuit was refused and the client answered: it is now only waited on to hang up.
+        case refused
+    }
 
     private let dialer: OverlayDialer
     private let service: String
     private let logger: Logger
+    private var state = State.idle
     private var pendingRead = false
-    /// The circuit was refused and the client answered: it is now only waited on to hang up.
-    private var refused = false
 
     init(dialer: OverlayDialer, service: String, logger: Logger) {
         self.dialer = dialer
@@ -158,13 +192,30 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
     func channelActive(context: ChannelHandlerContext) {
         context.fireChannelActive()
         TunnelMetrics.connections.increment()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch state {
+        case .idle:
+            state = .dialling(held: [unwrapInboundIn(data)])
+            dial(context: context)
+        case .dialling(var held):
+            held.append(unwrapInboundIn(data))
+            state = .dialling(held: held)
+        case .refused:
+            // After a refusal what the client still sends is dropped.
+            break
+        }
+    }
+
+    private func dial(context: ChannelHandlerContext) {
         let channel = context.channel
         let logger = self.logger
         let service = self.service
         dialer.dial(service: service).hop(to: context.eventLoop).assumeIsolated().whenComplete { result in
             switch result {
             case .success(let stream):
-                guard channel.isActive else {
+                guard channel.isActive, case .dialling(let held) = self.state else {
                     stream.close(promise: nil)
                     return
                 }
@@ -172,19 +223,23 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
                 do {
                     try stream.pipeline.syncOperations.addHandler(CircuitErrorLogger(logger: logger, client: channel))
                     try stream.pipeline.syncOperations.addHandler(remote)
-                    try context.pipeline.syncOperations.addHandler(local)
-                    context.pipeline.syncOperations.removeHandler(self, promise: nil)
+                    try context.pipeline.syncOperations.addHandler(local, position: .after(self))
                 } catch {
                     stream.close(promise: nil)
                     channel.close(promise: nil)
+                    return
                 }
+                self.state = .idle
+                for bytes in held { context.fireChannelRead(self.wrapInboundOut(bytes)) }
+                context.fireChannelReadComplete()
+                context.pipeline.syncOperations.removeHandler(self, promise: nil)
             case .failure(let error):
                 TunnelMetrics.failures.increment()
                 logger.warning(
                     "circuit not opened; answering the client with the reason",
                     metadata: ["service": "\(service)", "error": "\(Self.describe(error))"]
                 )
-                self.refused = true
+                self.state = .refused
                 TunnelRefusal(error).send(to: channel)
                 // Read on (and drop) what the client sent, so its hang-up after the answer is seen.
                 if channel.isActive { context.read() }
@@ -193,17 +248,11 @@ final class TunnelConnectionHandler: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     func read(context: ChannelHandlerContext) {
-        if refused {
-            context.read()
-        } else {
+        if case .dialling = state {
             pendingRead = true
+        } else {
+            context.read()
         }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        // Before the circuit is open nothing is read; after a refusal what the client still sends is dropped.
-        guard !refused else { return }
-        context.fireChannelRead(data)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -51,7 +51,9 @@ struct IdentityCommand: AsyncParsableCommand {
 
         func run() async throws {
             try IdentityName.validate(name)
-            let lifetime = try tokenOptions.lifetimeSeconds()
+            let prepared = try tokenOptions.prepare()
+            defer { prepared.abandon() }
+            let lifetime = prepared.lifetimeSeconds
             let attributeList = (attributes ?? "").split(separator: ",").map {
                 $0.trimmingCharacters(in: .whitespaces)
             }.filter { !$0.isEmpty }
@@ -66,7 +68,7 @@ struct IdentityCommand: AsyncParsableCommand {
                     tokenLifetimeSeconds: lifetime
                 )
             )
-            try emitToken(response, tokenOptions)
+            try emitToken(response, tokenOptions, into: prepared)
         }
     }
 
@@ -289,14 +291,16 @@ struct IdentityCommand: AsyncParsableCommand {
 
         func run() async throws {
             try IdentityName.validate(name)
-            let lifetime = try tokenOptions.lifetimeSeconds()
+            let prepared = try tokenOptions.prepare()
+            defer { prepared.abandon() }
+            let lifetime = prepared.lifetimeSeconds
             let client = try identityOption.client(parent: identityCommand.admin)
             let response: ControllerAPI.TokenResponse = try await client.call(
                 .POST,
                 "/v1/admin/identities/\(name)/reissue",
                 body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
             )
-            try emitToken(response, tokenOptions)
+            try emitToken(response, tokenOptions, into: prepared)
         }
     }
 }
@@ -330,27 +334,74 @@ struct TokenOptions: ParsableArguments {
     )
     var qrPNG: String?
 
-    /// Checked before the controller is asked: a token file or image that could not be written then would leave an
-    /// identity on the controller whose token nobody holds.
-    func lifetimeSeconds() throws(ILSError) -> Int64 {
-        for path in [output, qrPNG].compactMap({ $0 }) where FileManager.default.fileExists(atPath: path) {
-            throw ILSError(.invalidArgument, "\(path) already exists; choose another file or remove it first")
-        }
+    /// The token's lifetime, and its files (`-o`, `--qr-png`) reserved on disk: all before the controller is asked,
+    /// because a token file or image that could not be written afterwards would leave an identity on the controller
+    /// whose token nobody holds (a retry then gets 409). Anything at a path counts as taken, a dangling symbolic link
+    /// too (`attributesOfItem` does not follow links); the reservation (`SecureFile.reserve`) proves the directory
+    /// takes a new file and has room for it.
+    func prepare() throws(ILSError) -> PreparedToken {
         let lifetime = try TimeSpan(parsing: expires).nanoseconds / 1_000_000_000
         guard lifetime > 0 else { throw ILSError(.invalidArgument, "--expires must be at least 1s") }
-        return lifetime
+        if let output, let qrPNG, output == qrPNG {
+            throw ILSError(.invalidArgument, "-o and --qr-png must name different files")
+        }
+        for path in [output, qrPNG].compactMap({ $0 })
+        where (try? FileManager.default.attributesOfItem(atPath: path)) != nil {
+            throw ILSError(
+                .invalidArgument,
+                "\(path) already exists (a symbolic link counts, even one to nothing); choose another file or remove "
+                    + "it first. Nothing was created."
+            )
+        }
+        var prepared = PreparedToken(lifetimeSeconds: lifetime)
+        do throws(ILSError) {
+            prepared.tokenFile = try output.map { path throws(ILSError) in
+                try SecureFile.reserve(path, bytes: PreparedToken.reservedBytes)
+            }
+            prepared.qrImage = try qrPNG.map { path throws(ILSError) in
+                try SecureFile.reserve(path, bytes: PreparedToken.reservedBytes)
+            }
+        } catch {
+            prepared.abandon()
+            throw ILSError(error.code, "\(error.reason). Nothing was created on the controller.")
+        }
+        return prepared
+    }
+}
+
+/// What `TokenOptions.prepare` checked and reserved before the controller was asked for a token.
+struct PreparedToken {
+    /// Room taken for a token file or a QR image: a token is under 2 KiB, its QR code's PNG a few KiB.
+    static let reservedBytes = 64 * 1024
+
+    let lifetimeSeconds: Int64
+    var tokenFile: SecureFile.Reservation?
+    var qrImage: SecureFile.Reservation?
+
+    init(lifetimeSeconds: Int64) {
+        self.lifetimeSeconds = lifetimeSeconds
+    }
+
+    /// Removes the reserved files (the controller refused, or the call failed): nothing is left behind.
+    func abandon() {
+        tokenFile?.abandon()
+        qrImage?.abandon()
     }
 }
 
 /// Prints the token on stdout (for pipes) or writes it to a 0600 file, and says what to do next on stderr.
-private func emitToken(_ response: ControllerAPI.TokenResponse, _ options: TokenOptions) throws(ILSError) {
+private func emitToken(
+    _ response: ControllerAPI.TokenResponse,
+    _ options: TokenOptions,
+    into prepared: PreparedToken
+) throws(ILSError) {
     let identity = response.identity
     let output = options.output
     if options.qr || options.qrPNG != nil {
         let uri = EnrollmentURI.uri(for: response.token)
-        if let path = options.qrPNG {
+        if let path = options.qrPNG, let reservation = prepared.qrImage {
             let image = try QRMatrix.encode(uri, level: .medium).png()
-            try SecureFile.write(Data(image), to: path, overwrite: false)
+            try reservation.commit(Data(image), overwrite: false)
             sayToStandardError(
                 "QR code of the token written to \(path); it enrolls whoever scans it first, so delete it after"
             )
@@ -360,8 +411,8 @@ private func emitToken(_ response: ControllerAPI.TokenResponse, _ options: Token
             say(uri)
         }
     }
-    if let output {
-        try SecureFile.write(Data((response.token + "\n").utf8), to: output, overwrite: false)
+    if let output, let reservation = prepared.tokenFile {
+        try reservation.commit(Data((response.token + "\n").utf8), overwrite: false)
         sayToStandardError(
             "token for \(identity.name) (\(identity.role.rawValue)) written to \(output), valid until "
                 + "\(formatTime(response.expiresAt)); enroll with: ils-gateway enroll \(output)"

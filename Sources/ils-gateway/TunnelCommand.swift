@@ -13,6 +13,11 @@ struct TunnelCommand: AsyncParsableCommand {
             Every TCP connection accepted on --listen becomes an end-to-end encrypted circuit to --service, checked by
             the gateway against this device's identity. Point a client at http://127.0.0.1:PORT.
 
+            The tunnel serves this device's programs, not the web pages its browser shows: a request whose Host is not
+            a loopback name, the listen address or the service's name gets 421 (DNS rebinding), and a browser's
+            request from another site (Origin, Sec-Fetch-Site) gets 403, before anything reaches the circuit.
+            --allowed-host and --allow-origin let one more name or web origin in.
+
             Each setting comes from its flag, else its environment variable, else the --config file, else the default.
 
             Examples:
@@ -37,6 +42,26 @@ struct TunnelCommand: AsyncParsableCommand {
     )
     var allowRemote: Bool?
 
+    @Option(
+        name: .customLong("allowed-host"),
+        help: ArgumentHelp(
+            "Also answer requests addressed to this Host (name, or name:port). Repeat for several. Env/config: "
+                + "ILS_ALLOWED_HOSTS / allowed-hosts, comma-separated.",
+            valueName: "name"
+        )
+    )
+    var allowedHosts: [String] = []
+
+    @Option(
+        name: .customLong("allow-origin"),
+        help: ArgumentHelp(
+            "Let web pages of this origin (http://localhost:3000) send requests. Repeat for several. Env/config: "
+                + "ILS_ALLOW_ORIGINS / allow-origins, comma-separated. Default: none.",
+            valueName: "origin"
+        )
+    )
+    var allowedOrigins: [String] = []
+
     @OptionGroup var keepaliveOptions: KeepaliveOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
@@ -56,6 +81,8 @@ struct TunnelCommand: AsyncParsableCommand {
             service: service,
             listen: address,
             allowRemote: layers.boolean(.allowRemote, flag: allowRemote),
+            allowedHosts: layers.list(.allowedHosts, flag: allowedHosts),
+            allowedOrigins: layers.list(.allowOrigins, flag: allowedOrigins),
             keepalive: try keepaliveOptions.resolve(layers),
             logger: logger
         )

@@ -42,9 +42,8 @@ struct TunnelListenerTests {
     func controllerUnreachable() async throws {
         try await withUnreachableController { port in
             let connection = try await TestHTTPConnection(port: port)
-            // The circuit is dialled as the connection is accepted, so the answer may come before a request is sent
-            // (and the connection be closed by the time one is): sending is best effort.
-            try? await connection.sendRequest("GET", "/health")
+            // The circuit is dialled when the first request has passed the tunnel's checks.
+            try await connection.sendRequest("GET", "/health")
             let head = try await connection.readHead()
             #expect(head.status == 502)
             #expect(head.header("Content-Type") == "application/json")
@@ -58,11 +57,35 @@ struct TunnelListenerTests {
         }
     }
 
+    @Test(
+        "a web page's request is refused before any circuit is dialled (an unreachable controller would be 502)",
+        arguments: [
+            ("Host: evil.example\r\n", 421, "misdirected_request"),
+            ("Host: 127.0.0.1\r\nOrigin: https://evil.example\r\n", 403, "cross_site_request"),
+            ("Host: 127.0.0.1\r\nSec-Fetch-Site: cross-site\r\n", 403, "cross_site_request"),
+            ("Host: 127.0.0.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n", 400, "ambiguous_framing"),
+        ]
+    )
+    func webPageRefusedBeforeDialling(fields: String, status: Int, code: String) async throws {
+        try await withUnreachableController { port in
+            let connection = try await TestHTTPConnection(port: port)
+            try await connection.send("POST /claude/run HTTP/1.1\r\n\(fields)\r\n")
+            let head = try await connection.readHead()
+            #expect(head.status == status)
+            let body = try JSONDecoder().decode(
+                [String: String].self,
+                from: Data(String(buffer: try await connection.readBody()).utf8)
+            )
+            #expect(body["code"] == code)
+            #expect(await connection.isClosedByPeer())
+        }
+    }
+
     @Test("a refused client that never hangs up is closed by the tunnel after the answer")
     func refusedClientIsClosed() async throws {
         try await withUnreachableController { port in
             let client = try await HalfOpenClient.connect(port: port)
-            client.channel.writeAndFlush(ByteBuffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r\n"), promise: nil)
+            client.channel.writeAndFlush(ByteBuffer(string: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), promise: nil)
             // The answer, then the end of the tunnel's output (a half-close: the client may still be sending).
             try await client.answered.futureResult.get()
             #expect(String(buffer: client.received.withLockedValue { $0 }).hasPrefix("HTTP/1.1 502 Bad Gateway\r\n"))
@@ -92,8 +115,7 @@ struct TunnelListenerTests {
             )
             let port = try #require(try await tunnel.start().port)
             let connection = try await TestHTTPConnection(port: port)
-            // As above: the refusal may arrive, and end the connection, before the request is sent.
-            try? await connection.sendRequest("GET", "/health")
+            try await connection.sendRequest("GET", "/health")
             #expect(try await connection.readHead().status == 404)
             let body = try JSONDecoder().decode(
                 [String: String].self,

@@ -47,7 +47,8 @@ def require_browser() -> None:
 class Browser:
     """One headless Chromium with a profile of its own (so its own cookies)."""
 
-    def __init__(self, phone: bool = False) -> None:
+    def __init__(self, phone: bool = False, loopback_names: tuple[str, ...] = ()) -> None:
+        """`loopback_names` resolve to 127.0.0.1 in this browser (a rebinding name, another site's name)."""
         require_browser()
         from selenium import webdriver
         from selenium.webdriver.chrome.options import Options
@@ -60,7 +61,8 @@ class Browser:
             "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
             f"--user-data-dir={self.profile}",
             # Nothing may come from the internet: every name but the test's own fails to resolve.
-            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost",
+            "--host-resolver-rules=" + "".join(f"MAP {name} 127.0.0.1 , " for name in loopback_names)
+            + "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
         ):
             options.add_argument(argument)

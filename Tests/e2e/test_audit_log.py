@@ -65,19 +65,20 @@ def test_a_flood_of_garbage_enrollments_writes_a_bounded_number_of_rows(controll
             status = c.post("/v1/enroll", json=body).status_code
             statuses[status] = statuses.get(status, 0) + 1
     took = time.monotonic() - started
+    assert statuses == {400: FLOOD}, statuses
+
+    # Refusal rows are written by a background queue; reading the log flushes it (and writes the count row), so
+    # the rows and the store's size are measured after that, when everything the flood caused is on disk.
+    r = controller.cli("admin", "audit", "--since", "15m", "--limit", "1000", "--json")
+    assert r.returncode == 0, r.describe()
     written = store_rows(store, "action = 'enroll.refused'") - rows_before
     grown = store_bytes(controller.state_dir) - bytes_before
     print(f"{FLOOD} garbage enrollments in {took:.1f} s ({statuses}): {written} audit rows, store files +{grown} bytes")
-    assert statuses == {400: FLOOD}, statuses
-    assert written <= 2, f"{written} audit rows for {FLOOD} refusals from one source"
+    assert written <= 3, f"{written} audit rows for {FLOOD} refusals from one source"
     assert grown < 256 * 1024, f"store files grew by {grown} bytes"
-
-    r = controller.cli("admin", "audit", "--since", "15m", "--limit", "1000", "--json")
-    assert r.returncode == 0, r.describe()
     refused = [e for e in json.loads(r.stdout) if e["action"] == "enroll.refused" and e["actor"] == "127.0.0.1"]
     counted = sum(int(e["detail"].split("count=")[1]) if "count=" in e["detail"] else 1 for e in refused)
     assert counted == FLOOD, refused
-    assert store_rows(store, "action = 'enroll.refused'") - rows_before <= 3
 
 
 def test_a_hostile_audit_row_prints_escaped_in_text_and_exact_in_json(controller: Controller) -> None:
@@ -160,7 +161,8 @@ def test_retention_prunes_by_age_and_row_count(ils_bin: Path, tmp_path: Path) ->
         assert store_rows(store) == 1000, process.logs()
         assert store_rows(store, "action = 'test.old'") == 0
         assert store_rows(store, "action = 'test.new' AND CAST(target AS INTEGER) >= 500") == 1000
-        assert "audit log pruned" in process.logs()
+        # The line comes after the last batch's commit, so the rows can be down to 1000 before it is written.
+        process.wait_for_log("audit log pruned")
     finally:
         process.stop()
     r = subprocess.run([str(ils_bin), "controller", "run", "--state-dir", str(c.state_dir), "--audit-max-rows", "5"],

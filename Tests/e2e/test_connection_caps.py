@@ -138,7 +138,8 @@ def test_controller_caps_refuse_at_accept(tuned_controller: TunedController, cap
         time.sleep(0.1)
     assert status == 200 and body["name"] == "admin", (status, body)
     assert_controller_serves(c, admin)
-    assert metric(c.metrics_port, "ils_connections_open", listener="controller") <= 1
+    # Every client connection is closed by now; the gauge comes down as the server handles each close.
+    wait_all_counted_out(c.metrics_port, "controller")
 
 
 FLOOD = 1000

@@ -248,6 +248,23 @@ def test_forged_changes_are_refused_and_change_nothing(setup: Setup) -> None:
     assert token not in log and cookie not in log, "no secret in the console's log"
 
 
+def test_a_form_over_the_upload_limit_is_413_with_the_security_headers(setup: Setup) -> None:
+    """Issue 37, item 7: the 413 for a form body over 64 KiB came from Hummingbird past the console's guard, without
+    the security headers; every answer the console writes carries them, and the change is not made."""
+    desktop, controller, base = setup.desktop, setup.controller, setup.console.base
+    create(controller, "victim-413", "device")
+    desktop.driver.get(base + "/identities")
+    token, cookie = csrf(desktop), session_cookie(desktop)
+    with httpx.Client(trust_env=False, cookies={"ils_console": cookie}, follow_redirects=False) as client:
+        r = client.post(f"{base}/identities/victim-413/revoke", data={"csrf": token, "pad": "a" * (100 * 1024)})
+    print(f"over the limit: HTTP {r.status_code} {dict(r.headers)}")
+    assert r.status_code == 413, r.text
+    assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", ""), r.headers
+    assert r.headers.get("x-frame-options") == "DENY" and r.headers.get("cache-control") == "no-store", r.headers
+    assert r.headers.get("x-content-type-options") == "nosniff", r.headers
+    assert identity(controller, "victim-413")["state"] == "active"
+
+
 def test_a_login_link_opened_from_another_site_signs_in_after_one_press(setup: Setup) -> None:
     """A chat app or a web mail is another site: SameSite=Strict would withhold the new cookie from the redirect that
     follows a sign-in there, and the used link would land on "Not signed in". Such a link (and one fetched without a

@@ -71,6 +71,28 @@ def test_an_existing_image_file_is_refused_before_the_controller_is_asked(contro
     assert "qr-taken" not in listed.stdout
 
 
+@pytest.mark.parametrize("flag", ["-o", "--qr-png"])
+def test_a_dangling_symlink_is_refused_before_the_controller_is_asked(controller: Controller, flag: str) -> None:
+    """Issue 37, item 6: a dangling symbolic link passed the old check (which followed it), the identity was
+    created, and the write was then refused (exit 73), leaving a pending identity whose token nobody held. Now the
+    link counts as taken and nothing is created; a retry with another file works (no 409)."""
+    name = f"dangling{flag.strip('-').replace('-', '')}"
+    link = controller.root / f"{name}.out"
+    link.symlink_to(controller.root / "nowhere" / "target")
+    before = sorted(p.name for p in controller.root.iterdir())
+    r = controller.cli("admin", "identity", "create", name, "--role", "device", flag, link.name)
+    print(r.stderr.strip())
+    assert r.returncode == 64, r.describe()  # invalid_argument
+    assert "already exists" in r.stderr and "symbolic link" in r.stderr and "Nothing was created" in r.stderr, r.stderr
+    assert link.is_symlink() and not link.exists(), "the link was replaced or followed"
+    assert sorted(p.name for p in controller.root.iterdir()) == before, "a file was left behind"
+    listed = controller.cli("admin", "identity", "list", "--json")
+    assert listed.returncode == 0, listed.describe()
+    assert name not in listed.stdout, "the identity was created on the controller"
+    r = controller.cli("admin", "identity", "create", name, "--role", "device", flag, f"{name}.other")
+    assert r.returncode == 0, r.describe()
+
+
 def test_a_malformed_uri_is_refused_before_the_network(controller: Controller) -> None:
     r = controller.cli("enroll", "ils-enroll://v2/a.b.c")
     assert r.returncode == 80 and "not a valid JWT" in r.stderr, r.describe()  # token_malformed

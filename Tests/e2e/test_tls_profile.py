@@ -115,3 +115,19 @@ def test_the_controller_port_offers_tls13_only(controller) -> None:
     assert not problems, "\n".join(problems)
     assert names["TLS_1_3_CIPHER_SUITES"], "the controller must serve TLS 1.3"
     assert not names["TLS_1_2_CIPHER_SUITES"], f"the controller accepts TLS 1.2: {names['TLS_1_2_CIPHER_SUITES']}"
+
+
+def test_the_console_has_http_modes_profile(controller, certs: Certs) -> None:
+    """Issue 37, item 4: the console under TLS offered five TLS 1.2 suites, CBC ones among them, in the client's
+    order. It now has HTTP mode's profile, from the same code (`ServerTLSProfile`)."""
+    from console_browser import Console
+
+    console = Console(controller, "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    console.start()
+    try:
+        problems, names = profile_problems(console.port)
+    finally:
+        console.stop()
+    print(f"the console accepts: {names}")
+    assert not problems, "\n".join(problems)
+    assert names["TLS_1_2_CIPHER_SUITES"] and names["TLS_1_3_CIPHER_SUITES"], names

@@ -1,4 +1,4 @@
-/// Turns a stream of unauthenticated refusals into a bounded number of audit rows.
+/// Turns a stream of refusals into a bounded number of records (the controller's audit rows, the tunnel's log lines).
 ///
 /// Anyone who reaches the controller's port can send `POST /v1/enroll` without credentials; one audit row per
 /// refusal let 3,000 garbage requests in under 3 s write 3,000 rows and 3 MB of store files. Here the first refusal
@@ -9,36 +9,41 @@
 ///
 /// A value type that takes events and returns the rows to write (tested without a store); `RefusalAudit` holds it
 /// under a lock.
-struct RefusalAggregator: Sendable {
-    struct Key: Hashable, Sendable {
-        var source: String
-        var code: String
+public struct RefusalAggregator: Sendable {
+    public struct Key: Hashable, Sendable {
+        public var source: String
+        public var code: String
     }
 
     /// An audit row to append: `actor` is the source address, `detail` the refusal code, then ` count=N` when the
     /// row stands for N refusals after the one already written.
-    struct Row: Equatable, Sendable {
-        var actor: String
-        var detail: String
+    public struct Row: Equatable, Sendable {
+        public var actor: String
+        public var detail: String
+
+        public init(actor: String, detail: String) {
+            self.actor = actor
+            self.detail = detail
+        }
     }
 
-    static let otherSources = "other-sources"
+    public static let otherSources = "other-sources"
 
-    let window: Int64
-    let maximumSources: Int
+    public let window: Int64
+    public let maximumSources: Int
     private var windowStart: Int64?
     /// Refusals seen in this window per key, beyond the first one (which was written when it came).
     private var unwritten: [Key: Int] = [:]
     /// The sources with a key of their own in this window.
     private var sources: Set<String> = []
 
-    init(window: Int64 = 60, maximumSources: Int = 64) {
+    public init(window: Int64 = 60, maximumSources: Int = 64) {
         self.window = window
         self.maximumSources = maximumSources
     }
 
     /// A refusal from `source` with `code` at `now` (UNIX seconds): the rows to write now.
-    mutating func record(source: String, code: String, now: Int64) -> [Row] {
+    public mutating func record(source: String, code: String, now: Int64) -> [Row] {
         var rows: [Row] = []
         if let start = windowStart, now >= start + window || now < start {
             rows = drain()
@@ -61,7 +66,7 @@ struct RefusalAggregator: Sendable {
     }
 
     /// Rows for every count not yet written; the keys stay known, so the window's later refusals still only count.
-    mutating func drain() -> [Row] {
+    public mutating func drain() -> [Row] {
         var rows: [Row] = []
         for (key, count) in unwritten where count > 0 {
             rows.append(Row(actor: key.source, detail: "\(key.code) count=\(count)"))

@@ -1,9 +1,11 @@
-import ILSCore
-import NIOSSL
+public import ILSCore
+public import NIOSSL
 
-/// The TLS side of HTTP mode: TLS 1.2 or newer with forward-secret AEAD suites only, ALPN `http/1.1`, the
-/// certificate chain and key from PEM files, and, with a controller CA, client certificates verified against it.
-enum TLSServerContext {
+/// The one TLS profile of every server a browser or an older client reaches over TLS (HTTP mode and the console): TLS
+/// 1.2 or newer with forward-secret AEAD suites only, ALPN `http/1.1`, the certificate chain and key from PEM files,
+/// and, with a controller CA, client certificates verified against it. One code path, so the two cannot drift apart
+/// (the console once offered five TLS 1.2 suites, CBC ones among them, in the client's order).
+public enum ServerTLSProfile {
     /// The TLS 1.2 suites offered: ECDHE key exchange and AES-128-GCM, one suite per certificate key type, so that
     /// whichever order a client lists its suites in, the server's choice is the same (a server cipher order).
     ///
@@ -14,39 +16,64 @@ enum TLSServerContext {
     /// one RFC 9325 §4.2 recommends first), and clients that want ChaCha20 have TLS 1.3. No CBC suite (LUCKY13), no
     /// static-RSA key exchange (no forward secrecy). TLS 1.3's suites are all AEAD and BoringSSL does not let them
     /// be configured.
-    static let tls12CipherSuites = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"
+    public static let tls12CipherSuites = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"
 
     /// Signature algorithms accepted in a client's CertificateVerify: identity certificates hold Ed25519 keys
     /// (RFC 8446 §4.2.3), the rest are the usual ones.
-    static let clientSignatureAlgorithms: [SignatureAlgorithm] = [
+    public static let clientSignatureAlgorithms: [SignatureAlgorithm] = [
         .ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .rsaPssRsaeSha256, .rsaPssRsaeSha384,
         .rsaPkcs1Sha256,
     ]
 
-    static func make(
-        _ files: HTTPModeConfiguration.TLSFiles,
+    /// A server context with this profile (HTTP mode).
+    public static func context(
+        certificateChain: String,
+        privateKey: String,
         clientCA: String? = nil
     ) throws(ILSError) -> NIOSSLContext {
-        let chain: [NIOSSLCertificate]
+        let configuration = try configuration(
+            certificateChain: certificateChain,
+            privateKey: privateKey,
+            clientCA: clientCA
+        )
         do {
-            chain = try NIOSSLCertificate.fromPEMFile(files.certificateChain)
+            return try NIOSSLContext(configuration: configuration)
         } catch {
             throw ILSError(
                 .invalidInput,
-                "could not read the TLS certificate chain from \(files.certificateChain); it must be a PEM file",
+                "the TLS certificate in \(certificateChain) does not match the key in \(privateKey)",
+                detail: "\(error)"
+            )
+        }
+    }
+
+    /// The profile's configuration, checked (the key matches the certificate) but not yet a context: Hummingbird's
+    /// `TLSChannel` (the console) makes its own.
+    public static func configuration(
+        certificateChain certificateChainPath: String,
+        privateKey privateKeyPath: String,
+        clientCA: String? = nil
+    ) throws(ILSError) -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificateChainPath)
+        } catch {
+            throw ILSError(
+                .invalidInput,
+                "could not read the TLS certificate chain from \(certificateChainPath); it must be a PEM file",
                 detail: "\(error)"
             )
         }
         guard !chain.isEmpty else {
-            throw ILSError(.invalidInput, "\(files.certificateChain) holds no PEM certificate")
+            throw ILSError(.invalidInput, "\(certificateChainPath) holds no PEM certificate")
         }
         let key: NIOSSLPrivateKey
         do {
-            key = try NIOSSLPrivateKey(file: files.privateKey, format: .pem)
+            key = try NIOSSLPrivateKey(file: privateKeyPath, format: .pem)
         } catch {
             throw ILSError(
                 .invalidInput,
-                "could not read the TLS private key from \(files.privateKey); it must be an unencrypted PEM key",
+                "could not read the TLS private key from \(privateKeyPath); it must be an unencrypted PEM key",
                 detail: "\(error)"
             )
         }
@@ -71,13 +98,14 @@ enum TLSServerContext {
             configuration.verifySignatureAlgorithms = clientSignatureAlgorithms
         }
         do {
-            return try NIOSSLContext(configuration: configuration)
+            _ = try NIOSSLContext(configuration: configuration)
         } catch {
             throw ILSError(
                 .invalidInput,
-                "the TLS certificate in \(files.certificateChain) does not match the key in \(files.privateKey)",
+                "the TLS certificate in \(certificateChainPath) does not match the key in \(privateKeyPath)",
                 detail: "\(error)"
             )
         }
+        return configuration
     }
 }
