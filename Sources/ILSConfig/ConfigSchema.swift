@@ -45,6 +45,8 @@ extension ConfigKey {
     public static let hstsMaxAge = ConfigKey("hsts-max-age")
     public static let maxConnections = ConfigKey("max-connections", .integer)
     public static let maxConnectionsPerSource = ConfigKey("max-connections-per-source", .integer)
+    public static let maxCircuitsPerIdentity = ConfigKey("max-circuits-per-identity", .integer)
+    public static let circuitOpensPerSecond = ConfigKey("circuit-opens-per-second", .integer)
     public static let keepalive = ConfigKey("keepalive")
     public static let keepaliveTimeout = ConfigKey("keepalive-timeout")
     public static let requestHeadTimeout = ConfigKey("request-head-timeout")
@@ -61,7 +63,8 @@ extension ConfigSchema {
     /// `ils-gateway controller run`.
     public static let controllerRun = ConfigSchema(
         command: "controller run",
-        keys: [.stateDir, .store, .listen] + connectionLimits + [.requestHeadTimeout, .requestBodyTimeout]
+        keys: [.stateDir, .store, .listen] + connectionLimits + [.maxCircuitsPerIdentity, .circuitOpensPerSecond]
+            + [.requestHeadTimeout, .requestBodyTimeout]
             + [.auditRetention, .auditMaxRows] + keepalives + observability
     )
 

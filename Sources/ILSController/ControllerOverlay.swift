@@ -88,7 +88,10 @@ struct ControllerOverlay: Sendable {
         channel.closeFuture.whenComplete { _ in ControllerMetrics.deviceConnections.decrement() }
         try channel.pipeline.syncOperations.configureFabricHTTP2(
             mode: .server,
-            keepalive: keepaliveHandler(peer: device.name)
+            keepalive: keepaliveHandler(peer: device.name),
+            // A device's stack queues circuits beyond its identity's cap instead of asking for them; gateway links
+            // keep the fabric's default, since every device's circuits to a service share them.
+            maxConcurrentStreams: relay.circuitLimiter.limits.concurrent
         ) {
             CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream) }
         }

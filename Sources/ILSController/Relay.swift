@@ -85,11 +85,23 @@ final class Relay: Sendable {
     private let logger: Logger
     /// How long a gateway may take to accept a circuit before the relay tries another.
     private let gatewayTimeout: TimeAmount
+    /// What one identity may hold and open (`CircuitLimiter`).
+    let circuitLimiter: CircuitLimiter
+    /// "A gateway did not take a circuit", at most once per link per interval with the count (`LogTally`).
+    private let untaken: LogTally<ObjectIdentifier>
 
-    init(controller: Controller, live: LiveConnections, gatewayTimeout: TimeAmount, logger: Logger) {
+    init(
+        controller: Controller,
+        live: LiveConnections,
+        gatewayTimeout: TimeAmount,
+        circuitLimits: CircuitLimiter.Limits = .standard,
+        logger: Logger
+    ) {
         self.controller = controller
         self.live = live
         self.gatewayTimeout = gatewayTimeout
+        self.circuitLimiter = CircuitLimiter(limits: circuitLimits)
+        self.untaken = LogTally(interval: .seconds(10))
         self.logger = logger
     }
 
@@ -129,9 +141,31 @@ final class Relay: Sendable {
         state.withLockedValue { ($0.sameLoopSplices, $0.crossLoopSplices) }
     }
 
-    /// Decides a device's circuit: policy first, then the first gateway that accepts it.
+    /// Decides a device's circuit: the identity's caps first (`CircuitLimiter`, before any work for a gateway), then
+    /// policy, then the first gateway that accepts it. The circuit counts against its identity until its stream
+    /// closes, whatever the decision.
     func dial(service: String, device: IdentityRecord, stream: any Channel) -> EventLoopFuture<CircuitDecision> {
         let started = ContinuousClock.now
+        switch circuitLimiter.admit(identityID: device.id) {
+        case .admitted:
+            let limiter = circuitLimiter
+            stream.closeFuture.whenComplete { _ in limiter.release(identityID: device.id) }
+        case .refused(let refusal):
+            ControllerMetrics.circuitsRefused(refusal.cap.rawValue)
+            ControllerMetrics.refusal(refusal.cap.rawValue)
+            if refusal.logged {
+                logger.warning(
+                    "circuit refused: the identity is over its cap (once a minute per identity)",
+                    metadata: [
+                        "identity": "\(device.name)", "cap": "\(refusal.cap.rawValue)",
+                        "limits": "\(circuitLimiter.limits)", "unlogged": "\(refusal.unlogged)",
+                    ]
+                )
+            }
+            return stream.eventLoop.makeSucceededFuture(
+                CircuitLimiter.decision(refusal.cap, limits: circuitLimiter.limits)
+            )
+        }
         return decide(service: service, device: device, stream: stream).map { decision in
             ControllerMetrics.dialDuration.recordNanoseconds(Int64((ContinuousClock.now - started).nanoseconds))
             if case .refuse(_, let code, _) = decision { ControllerMetrics.refusal(code) }
@@ -244,6 +278,12 @@ final class Relay: Sendable {
                 .refuse(status: 502, code: "gateway_failed", reason: "no gateway for '\(service)' accepted the circuit")
             )
         }
+        // A device that reset its stream while the relay was asking a gateway wants nothing any more: ask no other.
+        guard deviceStream.isActive else {
+            return deviceStream.eventLoop.makeSucceededFuture(
+                .refuse(status: 499, code: "closed", reason: "the device closed the circuit before it was open")
+            )
+        }
         guard hostIsCurrent(host) else {
             return attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
         }
@@ -287,6 +327,14 @@ final class Relay: Sendable {
             let sameLoop = gatewayStream.eventLoop === deviceStream.eventLoop
             // The policy is asked again under the sessions' lock: a change applied while the gateway was answering
             // either finds this session in `cut`, or is seen here.
+            // A device stream that closed meanwhile (a HEADERS then RST_STREAM) gets no splice: its gateway stream is
+            // closed now instead of living until the gateway's handshake timeout, one per reset, on the link.
+            guard deviceStream.isActive else {
+                gatewayStream.close(promise: nil)
+                return gatewayStream.eventLoop.makeSucceededFuture(
+                    .refuse(status: 499, code: "closed", reason: "the device closed the circuit before it was open")
+                )
+            }
             let spliced = sessionState.withLockedValue { state -> Bool in
                 guard self.stillAllowed(device: device, service: service) else { return false }
                 state.sessions[key] = session
@@ -338,10 +386,16 @@ final class Relay: Sendable {
             // A gateway that answers after the timeout must not keep a stream nobody relays (nor its end of the
             // circuit): close it. A refused or failed stream is closed already; closing again does nothing.
             gatewayStream.whenSuccess { $0.close(promise: nil) }
-            logger.notice(
-                "gateway did not take a circuit; trying the next",
-                metadata: ["gateway": "\(host.identity.name)", "error": "\(error)"]
-            )
+            // One line per link per interval, with the count: a device's flood must not become a flood of lines.
+            if let count = self.untaken.record(key: host.key) {
+                logger.notice(
+                    "gateway did not take a circuit; trying the next",
+                    metadata: [
+                        "gateway": "\(host.identity.name)", "error": "\(error)",
+                        "since_last_line": "\(count)",
+                    ]
+                )
+            }
             return self.attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
         }.hop(to: deviceStream.eventLoop)
     }

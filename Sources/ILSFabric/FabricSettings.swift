@@ -15,10 +15,19 @@ public enum FabricSettings {
     /// Stream errors tolerated over a connection's life (NIO's "glitches"); connections live for months.
     public static let maximumGlitches = 1_000_000
 
-    public static var connection: NIOHTTP2Handler.ConnectionConfiguration {
+    /// The streams a peer may open at once on a connection, unless the caller says fewer (a controller tells each
+    /// device its identity's circuit cap).
+    public static let maximumConcurrentStreams = 16384
+
+    public static var connection: NIOHTTP2Handler.ConnectionConfiguration { connection(maxConcurrentStreams: nil) }
+
+    public static func connection(maxConcurrentStreams: Int?) -> NIOHTTP2Handler.ConnectionConfiguration {
         var configuration = NIOHTTP2Handler.ConnectionConfiguration()
         configuration.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: 16384),
+            HTTP2Setting(
+                parameter: .maxConcurrentStreams,
+                value: min(maxConcurrentStreams ?? maximumConcurrentStreams, maximumConcurrentStreams)
+            ),
             HTTP2Setting(parameter: .initialWindowSize, value: FabricProtocol.streamWindow),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
             // A whole end-to-end record (64 KiB + 21 bytes) fits one DATA frame instead of five.
@@ -88,13 +97,14 @@ extension ChannelPipeline.SynchronousOperations {
         mode: NIOHTTP2Handler.ParserMode,
         keepalive: KeepaliveHandler? = nil,
         streamDelegate: (any NIOHTTP2StreamDelegate)? = nil,
+        maxConcurrentStreams: Int? = nil,
         acceptStream: (@Sendable () -> any ChannelHandler)? = nil
     ) throws -> NIOHTTP2Handler.StreamMultiplexer {
         try addHandler(TLSRecordCoalescer())
         try addHandler(HTTP2FrameAligner(expectsPreface: mode == .server))
         let multiplexer = try configureHTTP2Pipeline(
             mode: mode,
-            connectionConfiguration: FabricSettings.connection,
+            connectionConfiguration: FabricSettings.connection(maxConcurrentStreams: maxConcurrentStreams),
             streamConfiguration: FabricSettings.stream,
             streamDelegate: streamDelegate
         ) { stream in

@@ -74,12 +74,14 @@ public final class TestCluster: @unchecked Sendable {
     /// `configureProxy` adjusts each gateway's proxy settings (limits, timeouts) before it starts.
     /// `store`, when given, makes the controller's store (a fresh PostgreSQL database in the cluster tests; a retry
     /// on another port needs an empty one again); else a SQLite file. `stop` closes the store.
+    /// `circuitLimits` are the controller's per-identity caps (`CircuitLimiter`).
     public static func start(
         gateways: Int = 1,
         store: (@Sendable () async throws -> any ControllerStore)? = nil,
+        circuitLimits: CircuitLimiter.Limits = .standard,
         configureProxy: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in }
     ) async throws -> TestCluster {
-        let cluster = try await startController(store: store)
+        let cluster = try await startController(store: store, circuitLimits: circuitLimits)
         cluster.configureProxy = configureProxy
         for index in 0..<gateways { try await cluster.addGateway(name: "gw\(index + 1)") }
         try await cluster.startTunnel(identity: try await cluster.enroll("ipad", role: .device))
@@ -90,7 +92,8 @@ public final class TestCluster: @unchecked Sendable {
     /// so another socket can take it in between; then this starts over on another port, a few times.
     private static func startController(
         attempts: Int = 5,
-        store makeStore: (@Sendable () async throws -> any ControllerStore)?
+        store makeStore: (@Sendable () async throws -> any ControllerStore)?,
+        circuitLimits: CircuitLimiter.Limits
     ) async throws -> TestCluster {
         for attempt in 1...attempts {
             let store = try await makeStore?()
@@ -109,6 +112,7 @@ public final class TestCluster: @unchecked Sendable {
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
                 circuitOpenTimeout: Self.circuitOpenTimeout,
+                circuitLimits: circuitLimits,
                 rosterInterval: Self.rosterInterval
             )
             do {

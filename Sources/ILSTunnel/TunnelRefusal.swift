@@ -38,21 +38,23 @@ struct TunnelRefusal: Equatable {
         switch code {
         case "identity_blocked", "dial_denied", "permission_denied": 403
         case "unknown_service": 404
+        case "circuit_limit", "circuit_rate": 429
         case "service_unavailable": 503
         case "internal_error": 500
         default: 502
         }
     }
 
-    private struct Body: Encodable {
-        let error: String
-        let code: String
+    /// A JSON string literal of `text` (JSONEncoder escapes it).
+    private static func quoted(_ text: String) -> String? {
+        (try? JSONEncoder().encode(text)).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// The whole response: status line, headers, JSON body.
+    /// The whole response: status line, headers, JSON body. The body's keys come in the gateway's order (`error`,
+    /// then `code`), written out here: JSONEncoder's key order for a struct is not fixed on Linux.
     var response: String {
-        let json = (try? JSONEncoder().encode(Body(error: reason, code: code))).map {
-            String(decoding: $0, as: UTF8.self)
+        let json = Self.quoted(reason).flatMap { error in
+            Self.quoted(code).map { #"{"error":"# + error + #","code":"# + $0 + "}" }
         }
         let body = (json ?? #"{"error":"the circuit was refused","code":"refused"}"#) + "\n"
         let phrase = HTTPResponseStatus(statusCode: status).reasonPhrase

@@ -77,6 +77,38 @@ struct ControllerConnectionOptions: ParsableArguments {
     @Option(help: "An API request's body must be complete this long after its head; then 408 and close. Default: 20s.")
     var requestBodyTimeout: String?
 
+    @Option(
+        help: """
+            Most circuits one identity may hold open at once through this controller (all its connections together; \
+            devices are also told it as their HTTP/2 stream limit). Beyond it a circuit is answered 429 \
+            circuit_limit, counted in ils_circuits_refused_total and logged once per identity per minute. \
+            Default: 256.
+            """
+    )
+    var maxCircuitsPerIdentity: Int?
+
+    @Option(
+        help: """
+            Most new circuits one identity may open per second through this controller, sustained (twice as many \
+            at once after a quiet spell); beyond it 429 circuit_rate. Default: 200.
+            """
+    )
+    var circuitOpensPerSecond: Int?
+
+    func circuitLimits(_ layers: ConfigLayers) throws(ILSError) -> CircuitLimiter.Limits {
+        let defaults = CircuitLimiter.Limits.standard
+        let concurrent = layers.integer(.maxCircuitsPerIdentity, flag: maxCircuitsPerIdentity) ?? defaults.concurrent
+        let rate = layers.integer(.circuitOpensPerSecond, flag: circuitOpensPerSecond) ?? defaults.opensPerSecond
+        guard concurrent > 0, concurrent <= FabricSettings.maximumConcurrentStreams else {
+            throw ILSError(
+                .invalidArgument,
+                "--max-circuits-per-identity must be between 1 and \(FabricSettings.maximumConcurrentStreams)"
+            )
+        }
+        guard rate > 0 else { throw ILSError(.invalidArgument, "--circuit-opens-per-second must be at least 1") }
+        return CircuitLimiter.Limits(concurrent: concurrent, opensPerSecond: rate)
+    }
+
     func limits(_ layers: ConfigLayers) throws(ILSError) -> ConnectionLimiter.Limits {
         try .resolve(
             total: maxConnections,

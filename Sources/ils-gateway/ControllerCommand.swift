@@ -135,7 +135,9 @@ struct ControllerCommand: AsyncParsableCommand {
                 logger: logger,
                 keepalive: try keepaliveOptions.resolve(layers),
                 requestTimeouts: try connectionOptions.requestTimeouts(layers),
-                connectionLimits: try connectionOptions.limits(layers)
+                connectionLimits: try connectionOptions.limits(layers),
+                circuitLimits: try connectionOptions.circuitLimits(layers),
+                releaseMemory: { MemoryTuning.trim() }
             )
             let maintenance = server.maintenance(retention: try auditOptions.retention(layers))
             let heartbeat = ControllerHeartbeat(state: controllerState, logger: logger)

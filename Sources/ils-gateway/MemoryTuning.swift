@@ -27,9 +27,17 @@ enum MemoryTuning {
         if getenv("MALLOC_MMAP_THRESHOLD_") == nil { _ = mallopt(M_MMAP_THRESHOLD, mmapThreshold) }
         if getenv("MALLOC_TRIM_THRESHOLD_") == nil { _ = mallopt(M_TRIM_THRESHOLD, trimThreshold) }
     }
+
+    /// Returns the free memory of every arena to the system, the holes below an arena's top included (glibc's
+    /// `malloc_trim` releases those pages with `MADV_DONTNEED`): what the trim threshold alone never does for
+    /// memory freed in the middle of a heap, such as the buffers of closed circuits.
+    static func trim() {
+        _ = malloc_trim(0)
+    }
 }
 #else
 enum MemoryTuning {
     static func apply() {}
+    static func trim() {}
 }
 #endif

@@ -66,6 +66,8 @@ struct RelayHostCertificateTests {
             service: "claude-api"
         )
         let deviceStream = EmbeddedChannel(loop: loop)
+        // Active, as a device's HTTP/2 stream is: the relay asks no gateway for a stream that closed.
+        deviceStream.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 1), promise: nil)
         let decided = NIOLockedValueBox<CircuitDecision?>(nil)
         relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
             decided.withLockedValue { $0 = decision }

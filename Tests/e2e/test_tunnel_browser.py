@@ -152,11 +152,21 @@ def test_allow_origin_lets_one_origin_in(controller: Controller, backend: Backen
     allowed.args += ["--allow-origin", origin]
     allowed.start()
     try:
+        marker = f"mid-{uuid.uuid4().hex}"
         with httpx.Client(base_url=allowed.base_url, trust_env=False, timeout=10.0) as c:
             r = c.get("/debug/headers", headers={"Origin": origin, "Sec-Fetch-Site": "same-site"})
             assert r.status_code == 200, r.text
-            r = c.get("/debug/headers", headers={"Origin": "http://localhost:1", "Sec-Fetch-Site": "same-site"})
+            # Another origin on a connection of its own: answered 403 before any circuit.
+            with httpx.Client(base_url=allowed.base_url, trust_env=False, timeout=10.0) as other:
+                r = other.get("/debug/headers", headers={"Origin": "http://localhost:1", "Sec-Fetch-Site": "same-site"})
             assert r.status_code == 403 and r.json()["code"] == "cross_site_request", r.text
+            # Another origin on the connection that already carries a circuit: the connection is reset (an answer
+            # would have to wait for the answers before it), and nothing of the request goes on.
+            with pytest.raises(httpx.TransportError):
+                c.get("/debug/headers", params={"m": marker},
+                      headers={"Origin": "http://localhost:1", "Sec-Fetch-Site": "same-site"})
+        fence(allowed, backend)
+        assert marker not in backend.full_log(), "a refused request on a kept-alive connection reached the backend"
     finally:
         allowed.stop()
         server.shutdown()

@@ -259,7 +259,7 @@ _ils-gateway_controller_run() {
     repeating_flags=()
     non_repeating_flags=(--metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--state-dir --store --listen --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --config --log-level --log-format --metrics --audit-retention --audit-max-rows --keepalive --keepalive-timeout)
+    non_repeating_options=(--state-dir --store --listen --max-connections --max-connections-per-source --request-head-timeout --request-body-timeout --max-circuits-per-identity --circuit-opens-per-second --config --log-level --log-format --metrics --audit-retention --audit-max-rows --keepalive --keepalive-timeout)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -283,6 +283,12 @@ _ils-gateway_controller_run() {
         return
         ;;
     '--request-body-timeout')
+        return
+        ;;
+    '--max-circuits-per-identity')
+        return
+        ;;
+    '--circuit-opens-per-second')
         return
         ;;
     '--config')
@@ -892,7 +898,7 @@ _ils-gateway_serve() {
 _ils-gateway_tunnel() {
     repeating_flags=()
     non_repeating_flags=(--allow-remote --no-allow-remote --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
-    repeating_options=()
+    repeating_options=(--allowed-host --allow-origin)
     non_repeating_options=(--identity --service --listen --keepalive --keepalive-timeout --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
@@ -905,6 +911,12 @@ _ils-gateway_tunnel() {
         return
         ;;
     '--listen')
+        return
+        ;;
+    '--allowed-host')
+        return
+        ;;
+    '--allow-origin')
         return
         ;;
     '--keepalive')
