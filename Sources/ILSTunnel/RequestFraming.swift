@@ -237,7 +237,8 @@ struct RequestFraming {
             throw Malformed.bad("the request line is not METHOD TARGET VERSION")
         }
         guard parts[2] == "HTTP/1.1" || parts[2] == "HTTP/1.0" else {
-            throw Malformed(status: 505, code: "malformed_request", reason: "the tunnel takes HTTP/1.1 and HTTP/1.0")
+            // 400, as the gateway answers it, so a client sees one answer whichever of the two refuses first.
+            throw Malformed.bad("the tunnel takes HTTP/1.1 and HTTP/1.0")
         }
         var fields: [(name: String, value: String)] = []
         for line in lines.dropFirst() where !line.isEmpty {

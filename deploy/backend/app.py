@@ -258,6 +258,11 @@ async def bytes_download(
     async def body() -> AsyncIterator[bytes]:
         for block in pseudorandom_blocks(size, seed):
             yield block
+            # A real suspension point. Without it, a download whose client left ran to its end without letting the
+            # event loop run (uvicorn's `send` returns at once after a disconnect, and anyio can miss the cancel of a
+            # task it just woke), so 100 abandoned 256 MiB downloads kept this server from accepting any connection
+            # for up to two minutes, which looked like an overlay that had stopped serving.
+            await asyncio.sleep(0)
 
     # With an explicit Content-Length uvicorn frames the body by length; without one it uses chunked encoding.
     # Both must survive the gateway unchanged.
