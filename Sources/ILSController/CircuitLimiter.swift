@@ -11,8 +11,7 @@ import NIOCore
 /// the gateway links were dropped as silent, and the controller wrote 11,021 log lines. The defaults are far above
 /// what an app or a tunnel does (a browser behind a tunnel opens 6 connections per host; the app a few streams) and
 /// far below what hurts the relay. A refused circuit is answered `429` with `circuit_limit` or `circuit_rate` before
-/// any gateway is asked; the first refusal of an identity in a log interval says so in one line, with how many went
-/// unlogged since its previous line. The caps are per controller: with N controllers a device may hold N times as
+/// any gateway is asked (the relay logs it once per identity a minute, `LogTally`). The caps are per controller: with N controllers a device may hold N times as
 /// many, each on its own controller.
 public final class CircuitLimiter: Sendable {
     public struct Limits: Sendable, Hashable, CustomStringConvertible {
@@ -43,88 +42,70 @@ public final class CircuitLimiter: Sendable {
         case rate = "circuit_rate"
     }
 
-    struct Refusal: Sendable, Equatable {
-        let cap: Cap
-        /// True for the first refusal of an identity in a log interval.
-        let logged: Bool
-        /// Refusals of this identity that got no line of their own since its previous line.
-        let unlogged: Int
-    }
-
     enum Admission: Sendable, Equatable {
         case admitted
-        case refused(Refusal)
+        case refused(Cap)
     }
 
     private struct Bucket {
         var open = 0
         var tokens: Double
         var refilled: NIODeadline
-        var loggedAt: NIODeadline?
-        var unlogged = 0
+    }
+
+    private struct State {
+        var buckets: [String: Bucket] = [:]
+        /// Circuits released since the limiter was made (what the controller's memory release watches).
+        var released = 0
     }
 
     let limits: Limits
-    private let logInterval: TimeAmount
-    private let buckets = NIOLockedValueBox([String: Bucket]())
+    private let state = NIOLockedValueBox(State())
 
-    init(limits: Limits, logInterval: TimeAmount = .seconds(60)) {
+    init(limits: Limits) {
         self.limits = limits
-        self.logInterval = logInterval
     }
 
     /// Counts a new circuit of `identityID` in, or says which cap refuses it. An admitted circuit must be released
     /// exactly once, when its stream closes.
     func admit(identityID: String, now: NIODeadline = .now()) -> Admission {
-        buckets.withLockedValue { buckets in
-            var bucket = buckets[identityID] ?? Bucket(tokens: Double(limits.burst), refilled: now)
-            let elapsed = Double(max(0, (now - bucket.refilled).nanoseconds)) / 1e9
-            bucket.tokens = min(Double(limits.burst), bucket.tokens + elapsed * Double(limits.opensPerSecond))
+        state.withLockedValue { state in
+            var bucket = state.buckets[identityID] ?? Bucket(tokens: Double(limits.burst), refilled: now)
+            bucket.tokens = refilled(bucket, now: now)
             bucket.refilled = now
-            let cap: Cap?
-            if bucket.open >= limits.concurrent {
-                cap = .concurrent
-            } else if bucket.tokens < 1 {
-                cap = .rate
-            } else {
-                cap = nil
-                bucket.tokens -= 1
-                bucket.open += 1
-            }
-            defer { buckets[identityID] = bucket }
-            guard let cap else { return .admitted }
-            if let last = bucket.loggedAt, now < last + logInterval {
-                bucket.unlogged += 1
-                return .refused(Refusal(cap: cap, logged: false, unlogged: 0))
-            }
-            let unlogged = bucket.unlogged
-            bucket.loggedAt = now
-            bucket.unlogged = 0
-            return .refused(Refusal(cap: cap, logged: true, unlogged: unlogged))
+            defer { state.buckets[identityID] = bucket }
+            if bucket.open >= limits.concurrent { return .refused(.concurrent) }
+            if bucket.tokens < 1 { return .refused(.rate) }
+            bucket.tokens -= 1
+            bucket.open += 1
+            return .admitted
         }
     }
 
-    /// Circuits released since the limiter was made (what the controller's memory release watches).
-    var releasedTotal: Int { released.withLockedValue { $0 } }
-    private let released = NIOLockedValueBox(0)
-
     /// Counts a circuit admitted for `identityID` out again. An identity with nothing open and a full bucket is
-    /// forgotten, so the table holds only identities that are busy or were refused lately.
+    /// forgotten, so the table holds only identities that are busy or opened circuits lately.
     func release(identityID: String, now: NIODeadline = .now()) {
-        released.withLockedValue { $0 += 1 }
-        buckets.withLockedValue { buckets in
-            guard var bucket = buckets[identityID] else { return }
+        state.withLockedValue { state in
+            state.released += 1
+            guard var bucket = state.buckets[identityID] else { return }
             bucket.open = max(0, bucket.open - 1)
-            let elapsed = Double(max(0, (now - bucket.refilled).nanoseconds)) / 1e9
-            let full = bucket.tokens + elapsed * Double(limits.opensPerSecond) >= Double(limits.burst)
-            let quiet = bucket.loggedAt.map { now >= $0 + logInterval } ?? true
-            buckets[identityID] = bucket.open == 0 && full && quiet && bucket.unlogged == 0 ? nil : bucket
+            let forget = bucket.open == 0 && refilled(bucket, now: now) >= Double(limits.burst)
+            state.buckets[identityID] = forget ? nil : bucket
         }
+    }
+
+    /// Circuits released since the limiter was made.
+    var releasedTotal: Int { state.withLockedValue { $0.released } }
+
+    /// The bucket's tokens at `now`: what it held, plus the rate times the time since, at most a burst.
+    private func refilled(_ bucket: Bucket, now: NIODeadline) -> Double {
+        let elapsed = Double(max(0, (now - bucket.refilled).nanoseconds)) / 1e9
+        return min(Double(limits.burst), bucket.tokens + elapsed * Double(limits.opensPerSecond))
     }
 
     /// Circuits `identityID` holds open now.
     func open(identityID: String) -> Int {
-        buckets.withLockedValue { $0[identityID]?.open ?? 0 }
+        state.withLockedValue { $0.buckets[identityID]?.open ?? 0 }
     }
 
     /// The refusal a device is answered with.

@@ -33,11 +33,6 @@ enum ControllerMetrics {
         ).increment()
     }
 
-    /// Circuits refused by an identity's cap (`CircuitLimiter`), by cap.
-    static func circuitsRefused(_ cap: String) {
-        Counter(label: "ils_circuits_refused_total", dimensions: [("cap", cap)]).increment()
-    }
-
     static func refusal(_ reason: String) {
         Counter(label: "ils_refusals_total", dimensions: [("reason", reason)]).increment()
     }

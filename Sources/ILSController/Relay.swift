@@ -89,6 +89,8 @@ final class Relay: Sendable {
     let circuitLimiter: CircuitLimiter
     /// "A gateway did not take a circuit", at most once per link per interval with the count (`LogTally`).
     private let untaken: LogTally<ObjectIdentifier>
+    /// "Over its cap", at most once per identity a minute with the count.
+    private let overCap: LogTally<String>
 
     init(
         controller: Controller,
@@ -102,6 +104,7 @@ final class Relay: Sendable {
         self.gatewayTimeout = gatewayTimeout
         self.circuitLimiter = CircuitLimiter(limits: circuitLimits)
         self.untaken = LogTally(interval: .seconds(10))
+        self.overCap = LogTally(interval: .seconds(60))
         self.logger = logger
     }
 
@@ -150,21 +153,18 @@ final class Relay: Sendable {
         case .admitted:
             let limiter = circuitLimiter
             stream.closeFuture.whenComplete { _ in limiter.release(identityID: device.id) }
-        case .refused(let refusal):
-            ControllerMetrics.circuitsRefused(refusal.cap.rawValue)
-            ControllerMetrics.refusal(refusal.cap.rawValue)
-            if refusal.logged {
+        case .refused(let cap):
+            ControllerMetrics.refusal(cap.rawValue)
+            if let count = overCap.record(key: device.id) {
                 logger.warning(
                     "circuit refused: the identity is over its cap (once a minute per identity)",
                     metadata: [
-                        "identity": "\(device.name)", "cap": "\(refusal.cap.rawValue)",
-                        "limits": "\(circuitLimiter.limits)", "unlogged": "\(refusal.unlogged)",
+                        "identity": "\(device.name)", "cap": "\(cap.rawValue)",
+                        "limits": "\(circuitLimiter.limits)", "since_last_line": "\(count)",
                     ]
                 )
             }
-            return stream.eventLoop.makeSucceededFuture(
-                CircuitLimiter.decision(refusal.cap, limits: circuitLimiter.limits)
-            )
+            return stream.eventLoop.makeSucceededFuture(CircuitLimiter.decision(cap, limits: circuitLimiter.limits))
         }
         return decide(service: service, device: device, stream: stream).map { decision in
             ControllerMetrics.dialDuration.recordNanoseconds(Int64((ContinuousClock.now - started).nanoseconds))
@@ -223,6 +223,14 @@ final class Relay: Sendable {
         return attempt(hosts[...], service: service, device: device, deviceStream: stream)
     }
 
+    /// The device reset its stream before the circuit was open (nobody reads this answer).
+    private struct DeviceGone: Error {}
+    static let deviceGone = CircuitDecision.refuse(
+        status: 499,
+        code: "closed",
+        reason: "the device closed the circuit before it was open"
+    )
+
     static func dialDenied(device: IdentityRecord, service: String) -> CircuitDecision {
         .refuse(
             status: 403,
@@ -279,11 +287,7 @@ final class Relay: Sendable {
             )
         }
         // A device that reset its stream while the relay was asking a gateway wants nothing any more: ask no other.
-        guard deviceStream.isActive else {
-            return deviceStream.eventLoop.makeSucceededFuture(
-                .refuse(status: 499, code: "closed", reason: "the device closed the circuit before it was open")
-            )
-        }
+        guard deviceStream.isActive else { return deviceStream.eventLoop.makeSucceededFuture(Self.deviceGone) }
         guard hostIsCurrent(host) else {
             return attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
         }
@@ -304,6 +308,9 @@ final class Relay: Sendable {
         }
         // A stream that could not be made (the gateway connection is closing) never answers: fail `opened` now.
         gatewayStream.whenFailure { opened.fail($0) }
+        // Nor is an answer waited for once the device has reset its stream (a HEADERS then RST_STREAM): the gateway's
+        // stream is closed at once below, instead of living until the gateway's handshake timeout on the link.
+        deviceStream.closeFuture.whenComplete { _ in opened.fail(DeviceGone()) }
         let logger = self.logger
         let sessionState = self.state
         return gatewayStream.and(opened.futureResult).flatMap { gatewayStream, _ -> EventLoopFuture<CircuitDecision> in
@@ -331,9 +338,7 @@ final class Relay: Sendable {
             // closed now instead of living until the gateway's handshake timeout, one per reset, on the link.
             guard deviceStream.isActive else {
                 gatewayStream.close(promise: nil)
-                return gatewayStream.eventLoop.makeSucceededFuture(
-                    .refuse(status: 499, code: "closed", reason: "the device closed the circuit before it was open")
-                )
+                return gatewayStream.eventLoop.makeSucceededFuture(Self.deviceGone)
             }
             let spliced = sessionState.withLockedValue { state -> Bool in
                 guard self.stillAllowed(device: device, service: service) else { return false }
@@ -386,6 +391,7 @@ final class Relay: Sendable {
             // A gateway that answers after the timeout must not keep a stream nobody relays (nor its end of the
             // circuit): close it. A refused or failed stream is closed already; closing again does nothing.
             gatewayStream.whenSuccess { $0.close(promise: nil) }
+            if error is DeviceGone { return deviceStream.eventLoop.makeSucceededFuture(Self.deviceGone) }
             // One line per link per interval, with the count: a device's flood must not become a flood of lines.
             if let count = self.untaken.record(key: host.key) {
                 logger.notice(

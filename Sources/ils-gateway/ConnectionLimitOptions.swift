@@ -81,7 +81,7 @@ struct ControllerConnectionOptions: ParsableArguments {
         help: """
             Most circuits one identity may hold open at once through this controller (all its connections together; \
             devices are also told it as their HTTP/2 stream limit). Beyond it a circuit is answered 429 \
-            circuit_limit, counted in ils_circuits_refused_total and logged once per identity per minute. \
+            circuit_limit, counted in ils_refusals_total{reason} and logged once per identity per minute. \
             Default: 256.
             """
     )

@@ -3,8 +3,8 @@ import Testing
 
 @testable import ILSController
 
-/// `CircuitLimiter`: what one identity may hold and open through a controller, counted exactly, refused with the
-/// cap that refused it, and logged once per identity per interval.
+/// `CircuitLimiter`: what one identity may hold and open through a controller, counted exactly and refused with the
+/// cap that refused it; `LogTally`: one log line per key and interval, with the count.
 @Suite("CircuitLimiter: per-identity circuit caps")
 struct CircuitLimiterTests {
     let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
@@ -13,11 +13,7 @@ struct CircuitLimiterTests {
     func concurrentCap() {
         let limiter = CircuitLimiter(limits: .init(concurrent: 3, opensPerSecond: 1000))
         for _ in 0..<3 { #expect(limiter.admit(identityID: "a", now: start) == .admitted) }
-        guard case .refused(let refusal) = limiter.admit(identityID: "a", now: start) else {
-            Issue.record("the fourth circuit was admitted")
-            return
-        }
-        #expect(refusal.cap == .concurrent && refusal.logged)
+        #expect(limiter.admit(identityID: "a", now: start) == .refused(.concurrent))
         #expect(limiter.admit(identityID: "b", now: start) == .admitted)
         limiter.release(identityID: "a", now: start)
         #expect(limiter.open(identityID: "a") == 2)
@@ -32,8 +28,8 @@ struct CircuitLimiterTests {
         for _ in 0..<50 {
             switch limiter.admit(identityID: "a", now: start) {
             case .admitted: admitted += 1
-            case .refused(let refusal):
-                #expect(refusal.cap == .rate)
+            case .refused(let cap):
+                #expect(cap == .rate)
                 refusedByRate += 1
             }
         }
@@ -44,24 +40,20 @@ struct CircuitLimiterTests {
         #expect(more == 5)
     }
 
-    @Test("a flood of refusals is one log line per identity per interval, the next one with the count")
-    func refusalsAreLoggedOncePerInterval() {
-        let limiter = CircuitLimiter(limits: .init(concurrent: 1, opensPerSecond: 1000), logInterval: .seconds(60))
-        #expect(limiter.admit(identityID: "a", now: start) == .admitted)
-        var logged: [CircuitLimiter.Refusal] = []
+    @Test("a flood of events is one log line per key per interval, the next one with the count since the last")
+    func logTallyIsOneLinePerInterval() {
+        let tally = LogTally<String>(interval: .seconds(60))
+        let start = ContinuousClock.now
+        var lines: [Int] = []
         for second in 0..<120 {
-            if case .refused(let refusal) = limiter.admit(identityID: "a", now: start + .seconds(Int64(second))),
-                refusal.logged
-            {
-                logged.append(refusal)
-            }
+            if let count = tally.record(key: "a", now: start + .seconds(second)) { lines.append(count) }
         }
-        #expect(logged.count == 2)
-        #expect(logged.first?.unlogged == 0)
-        #expect(logged.last?.unlogged == 59)
+        #expect(lines == [1, 60])
+        // Another key has its own interval.
+        #expect(tally.record(key: "b", now: start + .seconds(119)) == 1)
     }
 
-    @Test("an idle identity with a full bucket is forgotten; one that was refused lately is not")
+    @Test("an idle identity with a full bucket is forgotten")
     func idleIdentitiesAreForgotten() {
         let limiter = CircuitLimiter(limits: .init(concurrent: 5, opensPerSecond: 10, burst: 10))
         #expect(limiter.admit(identityID: "a", now: start) == .admitted)

@@ -202,6 +202,70 @@ struct RelayGatewayTimeoutTests {
         _ = try? controllerSide.finish()
         _ = try? gatewaySide.finish()
     }
+
+    /// A device that resets its stream (HEADERS then RST_STREAM) while the gateway has not answered yet: the relay
+    /// stops waiting at once and resets the gateway's stream, instead of leaving it open until the timeout (and,
+    /// when the gateway answers, until the gateway's handshake timeout: one idle stream per reset on the link).
+    @Test("a device stream reset during the dial resets the gateway's stream at once; no splice")
+    func deviceResetDuringTheDial() async throws {
+        let (state, directory) = try await temporaryControllerState()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let device = try await activeDevice(in: state)
+        let gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
+        let loop = EmbeddedEventLoop()
+        let controllerSide = EmbeddedChannel(loop: loop)
+        let gatewaySide = EmbeddedChannel(loop: loop)
+        let received = NIOLockedValueBox<[HTTP2Frame.FramePayload]>([])
+        try gatewaySide.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+            FrameRecorder { payload in received.withLockedValue { $0.append(payload) } }
+        }
+        let multiplexer = try controllerSide.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
+        controllerSide.connect(to: address, promise: nil)
+        gatewaySide.connect(to: address, promise: nil)
+        let relay = Relay(
+            controller: Controller(state: state),
+            live: LiveConnections(),
+            gatewayTimeout: .seconds(60),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        relay.register(
+            .init(
+                key: ObjectIdentifier(controllerSide),
+                identity: gateway,
+                channel: controllerSide,
+                multiplexer: multiplexer
+            ),
+            service: "claude-api"
+        )
+        let deviceStream = EmbeddedChannel(loop: loop)
+        deviceStream.connect(to: address, promise: nil)
+        let decided = NIOLockedValueBox<CircuitDecision?>(nil)
+        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
+            decided.withLockedValue { $0 = decision }
+        }
+        loop.run()
+        try exchangeBytes(controllerSide, gatewaySide)
+        #expect(received.withLockedValue { $0.count } == 1, "the gateway got the circuit's CONNECT")
+
+        // The device goes away; no time passes (the gateway timeout is a minute away).
+        _ = try? deviceStream.finish()
+        loop.run()
+        try exchangeBytes(controllerSide, gatewaySide)
+        let decision = decided.withLockedValue { $0 }
+        guard case .refuse(499, "closed", _) = decision else {
+            Issue.record("the relay still waited for the gateway: \(String(describing: decision))")
+            return
+        }
+        let frames = received.withLockedValue { $0 }
+        #expect(
+            frames.contains { if case .rstStream = $0 { true } else { false } },
+            "the gateway's stream was left open: it received only \(frames)"
+        )
+        #expect(relay.sessions().isEmpty)
+        _ = try? controllerSide.finish()
+        _ = try? gatewaySide.finish()
+    }
 }
 
 /// An enrolled, active device identity in `state`'s store.

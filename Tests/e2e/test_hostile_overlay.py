@@ -183,6 +183,7 @@ def test_stalled_downloads_are_bounded_at_the_controller_and_given_back(overlay:
     closed_at = time.monotonic()
     deadline = closed_at + 30
     while rss_bytes(pid) > baseline * 1.1 and time.monotonic() < deadline:
+        # Sleep: a poll of RSS, which has no event; the 30 s is the issue's own requirement, not a guess at speed.
         time.sleep(0.5)
     after = rss_bytes(pid)
     print(f"controller RSS {time.monotonic() - closed_at:.1f} s after the downloads closed: {after / 1048576:.1f} MiB")
