@@ -134,6 +134,73 @@ struct RelayIdentityCheckTests {
 
 @Suite("A gateway that does not answer a circuit in time")
 struct RelayGatewayTimeoutTests {
+    /// A relay with one registered gateway link whose gateway end records each circuit's frames and never answers,
+    /// and a device stream (active, as a device's HTTP/2 stream is) that has asked it for a circuit: the gateway got
+    /// the CONNECT and the relay is waiting for its answer.
+    struct SilentGateway {
+        let loop = EmbeddedEventLoop()
+        let controllerSide: EmbeddedChannel
+        let gatewaySide: EmbeddedChannel
+        let deviceStream: EmbeddedChannel
+        let relay: Relay
+        let received = NIOLockedValueBox<[HTTP2Frame.FramePayload]>([])
+        let decided = NIOLockedValueBox<CircuitDecision?>(nil)
+
+        init(state: ControllerState, gatewayTimeout: TimeAmount) async throws {
+            let device = try await activeDevice(in: state)
+            let gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
+            // The controller's end of a gateway link (HTTP/2 client: the relay opens the streams) and the gateway's.
+            controllerSide = EmbeddedChannel(loop: loop)
+            gatewaySide = EmbeddedChannel(loop: loop)
+            let received = self.received
+            try gatewaySide.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
+                FrameRecorder { payload in received.withLockedValue { $0.append(payload) } }
+            }
+            let multiplexer = try controllerSide.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+            let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
+            controllerSide.connect(to: address, promise: nil)
+            gatewaySide.connect(to: address, promise: nil)
+            relay = Relay(
+                controller: Controller(state: state),
+                live: LiveConnections(),
+                gatewayTimeout: gatewayTimeout,
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+            )
+            relay.register(
+                .init(
+                    key: ObjectIdentifier(controllerSide),
+                    identity: gateway,
+                    channel: controllerSide,
+                    multiplexer: multiplexer
+                ),
+                service: "claude-api"
+            )
+            deviceStream = EmbeddedChannel(loop: loop)
+            deviceStream.connect(to: address, promise: nil)
+            let decided = self.decided
+            relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
+                decided.withLockedValue { $0 = decision }
+            }
+            try exchange()
+        }
+
+        /// Runs what is due on the loop and carries the bytes between the two ends of the link.
+        func exchange() throws {
+            loop.run()
+            try exchangeBytes(controllerSide, gatewaySide)
+        }
+
+        var gatewayStreamWasReset: Bool {
+            received.withLockedValue { $0 }.contains { if case .rstStream = $0 { true } else { false } }
+        }
+
+        func finish() {
+            _ = try? deviceStream.finish()
+            _ = try? controllerSide.finish()
+            _ = try? gatewaySide.finish()
+        }
+    }
+
     /// The relay gives up on a gateway that takes longer than `gatewayTimeout` to answer a circuit, and the device is
     /// refused. The stream it opened to that gateway must not stay open: a late answer would otherwise leave the
     /// gateway holding a circuit (and a backend request) nobody relays, until the link closes.
@@ -141,66 +208,28 @@ struct RelayGatewayTimeoutTests {
     func closesTheAbandonedStream() async throws {
         let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try await activeDevice(in: state)
-        let gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
-        let loop = EmbeddedEventLoop()
-        // The controller's end of a gateway link (HTTP/2 client: the relay opens the streams) and the gateway's end,
-        // which records each circuit's frames and never answers.
-        let controllerSide = EmbeddedChannel(loop: loop)
-        let gatewaySide = EmbeddedChannel(loop: loop)
-        let received = NIOLockedValueBox<[HTTP2Frame.FramePayload]>([])
-        try gatewaySide.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
-            FrameRecorder { payload in received.withLockedValue { $0.append(payload) } }
-        }
-        let multiplexer = try controllerSide.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
-        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
-        controllerSide.connect(to: address, promise: nil)
-        gatewaySide.connect(to: address, promise: nil)
-        let relay = Relay(
-            controller: Controller(state: state),
-            live: LiveConnections(),
-            gatewayTimeout: .seconds(1),
-            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-        )
-        relay.register(
-            .init(
-                key: ObjectIdentifier(controllerSide),
-                identity: gateway,
-                channel: controllerSide,
-                multiplexer: multiplexer
-            ),
-            service: "claude-api"
-        )
-        let deviceStream = EmbeddedChannel(loop: loop)
-        // Active, as a device's HTTP/2 stream is: the relay asks no gateway for a stream that closed.
-        deviceStream.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 1), promise: nil)
-        let decided = NIOLockedValueBox<CircuitDecision?>(nil)
-        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
-            decided.withLockedValue { $0 = decision }
-        }
-        loop.run()
-        try exchangeBytes(controllerSide, gatewaySide)
+        let link = try await SilentGateway(state: state, gatewayTimeout: .seconds(1))
+        defer { link.finish() }
         #expect(
-            received.withLockedValue { $0.count } == 1,
-            "the gateway got the circuit's CONNECT: \(received.withLockedValue { $0 })"
+            link.received.withLockedValue { $0.count } == 1,
+            "the gateway got the circuit's CONNECT: \(link.received.withLockedValue { $0 })"
         )
-        #expect(decided.withLockedValue { $0 } == nil, "decided before the gateway answered or the timeout ran out")
+        #expect(
+            link.decided.withLockedValue { $0 } == nil,
+            "decided before the gateway answered or the timeout ran out"
+        )
 
-        loop.advanceTime(by: .seconds(2))
-        try exchangeBytes(controllerSide, gatewaySide)
-        let decision = decided.withLockedValue { $0 }
+        link.loop.advanceTime(by: .seconds(2))
+        try link.exchange()
+        let decision = link.decided.withLockedValue { $0 }
         guard case .refuse(502, "gateway_failed", _) = decision else {
             Issue.record("the device was not refused after the timeout: \(String(describing: decision))")
             return
         }
-        let frames = received.withLockedValue { $0 }
         #expect(
-            frames.contains { if case .rstStream = $0 { true } else { false } },
-            "the gateway's stream was left open: it received only \(frames)"
+            link.gatewayStreamWasReset,
+            "the gateway's stream was left open: \(link.received.withLockedValue { $0 })"
         )
-        _ = try? deviceStream.finish()
-        _ = try? controllerSide.finish()
-        _ = try? gatewaySide.finish()
     }
 
     /// A device that resets its stream (HEADERS then RST_STREAM) while the gateway has not answered yet: the relay
@@ -210,61 +239,23 @@ struct RelayGatewayTimeoutTests {
     func deviceResetDuringTheDial() async throws {
         let (state, directory) = try await temporaryControllerState()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try await activeDevice(in: state)
-        let gateway = try await activeDevice(in: state, name: "gw", role: .gateway)
-        let loop = EmbeddedEventLoop()
-        let controllerSide = EmbeddedChannel(loop: loop)
-        let gatewaySide = EmbeddedChannel(loop: loop)
-        let received = NIOLockedValueBox<[HTTP2Frame.FramePayload]>([])
-        try gatewaySide.pipeline.syncOperations.configureFabricHTTP2(mode: .server) {
-            FrameRecorder { payload in received.withLockedValue { $0.append(payload) } }
-        }
-        let multiplexer = try controllerSide.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
-        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
-        controllerSide.connect(to: address, promise: nil)
-        gatewaySide.connect(to: address, promise: nil)
-        let relay = Relay(
-            controller: Controller(state: state),
-            live: LiveConnections(),
-            gatewayTimeout: .seconds(60),
-            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-        )
-        relay.register(
-            .init(
-                key: ObjectIdentifier(controllerSide),
-                identity: gateway,
-                channel: controllerSide,
-                multiplexer: multiplexer
-            ),
-            service: "claude-api"
-        )
-        let deviceStream = EmbeddedChannel(loop: loop)
-        deviceStream.connect(to: address, promise: nil)
-        let decided = NIOLockedValueBox<CircuitDecision?>(nil)
-        relay.dial(service: "claude-api", device: device, stream: deviceStream).whenSuccess { decision in
-            decided.withLockedValue { $0 = decision }
-        }
-        loop.run()
-        try exchangeBytes(controllerSide, gatewaySide)
-        #expect(received.withLockedValue { $0.count } == 1, "the gateway got the circuit's CONNECT")
+        let link = try await SilentGateway(state: state, gatewayTimeout: .seconds(60))
+        defer { link.finish() }
+        #expect(link.received.withLockedValue { $0.count } == 1, "the gateway got the circuit's CONNECT")
 
         // The device goes away; no time passes (the gateway timeout is a minute away).
-        _ = try? deviceStream.finish()
-        loop.run()
-        try exchangeBytes(controllerSide, gatewaySide)
-        let decision = decided.withLockedValue { $0 }
+        _ = try? link.deviceStream.finish()
+        try link.exchange()
+        let decision = link.decided.withLockedValue { $0 }
         guard case .refuse(499, "closed", _) = decision else {
             Issue.record("the relay still waited for the gateway: \(String(describing: decision))")
             return
         }
-        let frames = received.withLockedValue { $0 }
         #expect(
-            frames.contains { if case .rstStream = $0 { true } else { false } },
-            "the gateway's stream was left open: it received only \(frames)"
+            link.gatewayStreamWasReset,
+            "the gateway's stream was left open: \(link.received.withLockedValue { $0 })"
         )
-        #expect(relay.sessions().isEmpty)
-        _ = try? controllerSide.finish()
-        _ = try? gatewaySide.finish()
+        #expect(link.relay.sessions().isEmpty)
     }
 }
 
