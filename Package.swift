@@ -440,6 +440,7 @@ let package = Package(
                 "ILSStorePostgres",
                 "ILSTesting",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

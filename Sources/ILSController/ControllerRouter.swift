@@ -108,7 +108,17 @@ struct ControllerRouter: Sendable {
             )
         case (_, _) where segments.starts(with: ["v1", "admin"]):
             let admin = try await controller.authenticateAdmin(certificateDER: request.clientCertificate)
-            return try await routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name)
+            let outcome: Result<APIResponse, ILSError>
+            do throws(ILSError) {
+                outcome = .success(try await routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name))
+            } catch {
+                outcome = .failure(error)
+            }
+            // A change is answered once what it pushed to the gateways linked here (a narrowed grant, a block list)
+            // is written to their connections, not only queued on an event loop: a request the admin sends next
+            // cannot get to a gateway before it (docs/architecture.md "A narrowing fails closed").
+            if request.method != .GET { await live.delivered() }
+            return try outcome.get()
         default:
             throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")
         }

@@ -63,12 +63,16 @@ public struct ControllerState: Sendable {
         self.roster = ControllerRoster(own: address)
     }
 
-    /// A second controller replica of this one in the same process, sharing its store object, CA and token key, at
-    /// `address` with its own TLS certificate, and a directory of its own in memory (for tests: replicas in
+    /// A second controller replica of this one in the same process, sharing its CA and token key, and its store
+    /// object unless `store` is another (a connection of its own to the same database, with its own change feed),
+    /// at `address` with its own TLS certificate, and a directory of its own in memory (for tests: replicas in
     /// production each load their own state directory, made by `controller join`).
-    package func replica(address: ControllerAddress, serverCertificatePEM: String, serverKeyPEM: String)
-        -> ControllerState
-    {
+    package func replica(
+        address: ControllerAddress,
+        serverCertificatePEM: String,
+        serverKeyPEM: String,
+        store replicaStore: (any ControllerStore)? = nil
+    ) -> ControllerState {
         ControllerState(
             directory: directory,
             address: address,
@@ -76,7 +80,7 @@ public struct ControllerState: Sendable {
             serverCertificatePEM: serverCertificatePEM,
             serverKeyPEM: serverKeyPEM,
             tokenKey: tokenKey,
-            store: store
+            store: replicaStore ?? store
         )
     }
 

@@ -13,6 +13,13 @@ final class LiveConnections: Sendable {
     private let grantOrder = NIOLock()
     /// The dial grant last pushed for each service.
     private let sentGrants = NIOLockedValueBox<[String: Set<String>]>([:])
+    /// Pushes being written to control streams, by a running number: what `delivered` waits for.
+    private let inFlight = NIOLockedValueBox<(next: Int, writes: [Int: EventLoopFuture<Void>])>((0, [:]))
+
+    /// How long `delivered` waits for a gateway's connection to take a push: a gateway that stopped reading must not
+    /// hold an admin's answer (what it was sent is still written if it reads again, and the relay here enforces the
+    /// change on its own circuits regardless).
+    static let deliveryBound: TimeAmount = .seconds(2)
 
     func add(_ channel: any Channel, identityID: String) {
         let key = ObjectIdentifier(channel)
@@ -92,8 +99,28 @@ final class LiveConnections: Sendable {
         }
         for stream in streams {
             let payload = HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(ByteBuffer(bytes: line))))
-            stream.writeAndFlush(payload, promise: nil)
+            let written = stream.writeAndFlush(payload)
+            let number = inFlight.withLockedValue { inFlight -> Int in
+                defer { inFlight.next += 1 }
+                inFlight.writes[inFlight.next] = written
+                return inFlight.next
+            }
+            written.whenComplete { _ in _ = self.inFlight.withLockedValue { $0.writes.removeValue(forKey: number) } }
         }
+    }
+
+    /// Returns once every push made before the call has been written to its gateway's connection (or failed with a
+    /// connection that closed), or after `deliveryBound`.
+    func delivered() async {
+        let writes = inFlight.withLockedValue { Array($0.writes.values) }
+        guard let loop = writes.first?.eventLoop else { return }
+        let done = loop.makePromise(of: Void.self)
+        let timeout = loop.scheduleTask(in: Self.deliveryBound) { done.succeed() }
+        EventLoopFuture.whenAllComplete(writes, on: loop).whenComplete { _ in
+            timeout.cancel()
+            done.succeed()
+        }
+        try? await done.futureResult.get()
     }
 
     var connectedIdentities: Int { connections.withLockedValue { $0.count } }

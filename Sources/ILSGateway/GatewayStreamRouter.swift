@@ -15,13 +15,10 @@ import NIOHTTP2
 public final class GatewayPolicy: Sendable {
     private let dialRoles = NIOLockedValueBox<[IdentityRole]?>(nil)
     private let revoked = NIOLockedValueBox(Blocks())
-    /// Who may dial, by identity id, as each controller replica last sent it (`DialGrant`); a controller that sent
-    /// none (an earlier release) leaves `dialRoles` to decide.
-    ///
-    /// Per replica, not merged: a replica that has not yet heard of a narrowed policy must not keep a permission alive
-    /// through another's grant. Kept across a lost link (the next grant replaces it), so a narrowing the link missed
-    /// still ends the circuits it took away.
-    private let grants = NIOLockedValueBox<[String: Set<String>]>([:])
+    /// Who may dial, by identity id, as each controller replica linked now last sent it (`DialGrant`); an identity is
+    /// admitted only if every one of them holds it (`Grants`). Without any (controllers of an earlier release),
+    /// `dialRoles` decides.
+    private let grants = NIOLockedValueBox(Grants())
     /// Live circuits by the verified identity id at their far end.
     private let circuits = NIOLockedValueBox<[String: [ObjectIdentifier: any Channel]]>([:])
 
@@ -46,6 +43,31 @@ public final class GatewayPolicy: Sendable {
         func contains(_ id: String) -> Bool { union.contains(id) }
     }
 
+    /// The dial grants, one per controller replica linked now, and the rule that decides with them: **every** grant
+    /// must hold the identity (their intersection).
+    ///
+    /// Replicas share one store, but each computes its grant from its own copy of the directory, kept current by the
+    /// store's change feed. A replica whose feed is stalled keeps sending the grant from before a narrowing made
+    /// through another replica; if each circuit were judged by the grant of the replica that relayed it, a device
+    /// pinned to the stalled replica would keep getting in (review 3 measured 1,756 requests, up to 22 s after the
+    /// admin's command returned). The replica that made the change pushes its narrowed grant to this gateway before it
+    /// answers, so with the intersection the narrowing is in force here at once, whichever replica relays the circuit
+    /// and however stale the others are. A stale replica can only keep someone *out* a while longer: a widening is in
+    /// force once every linked replica has heard it (at once normally; after a stalled feed, once its probe replaces
+    /// the listening connection, 25 s at most; docs/architecture.md "A narrowing fails closed").
+    ///
+    /// A replica's grant is dropped when its last link closes: a replica that is gone must not hold a widening back.
+    /// What it took away while unlinked is taken away when it links again, since every update ends the circuits the
+    /// intersection no longer holds, not only those the updating replica dropped.
+    private struct Grants {
+        var byController: [String: Set<String>] = [:]
+
+        /// Whether the grants allow `id`; `nil` when no linked controller sent one (the roles decide).
+        func allows(_ id: String) -> Bool? {
+            byController.isEmpty ? nil : byController.values.allSatisfy { $0.contains(id) }
+        }
+    }
+
     /// Replaces the list of blocked (revoked or disabled) identities that `controller` sent, and closes the live
     /// circuits of every identity now blocked at once. `controller` names the replica (HTTP mode's single policy
     /// link leaves it empty).
@@ -61,7 +83,7 @@ public final class GatewayPolicy: Sendable {
     }
 
     /// Replaces the grant `controller` sent for the hosted service and ends, at once, the live circuits of every
-    /// identity it held before and holds no longer. A grant for another service, with more than
+    /// identity the grants no longer hold all together (`Grants`). A grant for another service, with more than
     /// `DialGrant.maximumIdentities` ids, or with an id that could not be one, is dropped whole: what is in force stays.
     /// Returns whether it was applied.
     @discardableResult
@@ -70,12 +92,12 @@ public final class GatewayPolicy: Sendable {
             grant.identities.allSatisfy(Self.couldBeID)
         else { return false }
         let allowed = Set(grant.identities)
-        let taken = grants.withLockedValue { grants -> Set<String> in
-            defer { grants[controller] = allowed }
-            return (grants[controller] ?? []).subtracting(allowed)
+        let grants = grants.withLockedValue { grants in
+            grants.byController[controller] = allowed
+            return grants
         }
         let doomed = circuits.withLockedValue { circuits in
-            taken.flatMap { circuits[$0].map { Array($0.values) } ?? [] }
+            circuits.filter { grants.allows($0.key) == false }.flatMap { Array($0.value.values) }
         }
         for channel in doomed { CircuitCloseHandler.abort(channel) }
         return true
@@ -88,8 +110,8 @@ public final class GatewayPolicy: Sendable {
     package func admitFromVerdict(_ identityID: String, from controller: String = "") {
         guard Self.couldBeID(identityID) else { return }
         grants.withLockedValue { grants in
-            guard grants[controller] != nil else { return }
-            grants[controller]?.insert(identityID)
+            guard grants.byController[controller] != nil else { return }
+            grants.byController[controller]?.insert(identityID)
         }
     }
 
@@ -103,11 +125,16 @@ public final class GatewayPolicy: Sendable {
     /// it (what it blocked is in the store, and so in the other replicas' lists, unless it died unsaved with it).
     func forgetRevoked(from controller: String) {
         revoked.withLockedValue { $0.set(nil, from: controller) }
-        _ = grants.withLockedValue { $0.removeValue(forKey: controller) }
+        forgetGrant(from: controller)
+    }
+
+    /// Drops `controller`'s grant: its last link closed. The block list it sent stays (a block holds until lifted).
+    package func forgetGrant(from controller: String) {
+        _ = grants.withLockedValue { $0.byController.removeValue(forKey: controller) }
     }
 
     /// Remembers an established circuit so a revocation or a narrowed grant can end it.
-    package func track(_ channel: any Channel, identityID: String, via controller: String = "") {
+    package func track(_ channel: any Channel, identityID: String) {
         let key = ObjectIdentifier(channel)
         circuits.withLockedValue { $0[identityID, default: [:]][key] = channel }
         GatewayMetrics.circuitsTotal.increment()
@@ -120,7 +147,7 @@ public final class GatewayPolicy: Sendable {
             }
         }
         // Revoked, or its grant taken away, between the handshake and now: close at once.
-        let granted = grants.withLockedValue { $0[controller].map { $0.contains(identityID) } ?? true }
+        let granted = grants.withLockedValue { $0.allows(identityID) } ?? true
         if revoked.withLockedValue({ $0.contains(identityID) }) || !granted { CircuitCloseHandler.abort(channel) }
     }
 
@@ -138,9 +165,7 @@ public final class GatewayPolicy: Sendable {
 
     /// The gateway's own decision, made after it verified the device's certificate itself. Until the controller
     /// has sent the policy, nobody gets in.
-    public func decide(_ peer: IdentityCertificate, service: String, hosted: String, via controller: String = "")
-        -> AccessDecision
-    {
+    public func decide(_ peer: IdentityCertificate, service: String, hosted: String) -> AccessDecision {
         guard service == hosted else { return .deny(reason: "this gateway hosts '\(hosted)', not '\(service)'") }
         // Checked before anything else about the identity: a revoked device stays out even if a relay
         // misbehaves and lets its circuit through.
@@ -150,8 +175,7 @@ public final class GatewayPolicy: Sendable {
         guard let roles = dialRoles.withLockedValue({ $0 }) else {
             return .deny(reason: "the gateway has not received its policy yet; retry shortly")
         }
-        let allowed =
-            grants.withLockedValue { $0[controller] }.map { $0.contains(peer.id) } ?? roles.contains(peer.role)
+        let allowed = grants.withLockedValue { $0.allows(peer.id) } ?? roles.contains(peer.role)
         guard allowed else {
             return .deny(reason: "identity '\(peer.name)' (role \(peer.role.rawValue)) may not dial '\(service)'")
         }
@@ -312,8 +336,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 let decision = shared.context.policy.decide(
                                     peer,
                                     service: requested,
-                                    hosted: shared.context.service,
-                                    via: shared.context.controller
+                                    hosted: shared.context.service
                                 )
                                 if case .deny(let reason) = decision {
                                     GatewayMetrics.refusal(reason.contains("revoked") ? "revoked" : "policy")
@@ -322,11 +345,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 return decision
                             },
                             onEstablished: { channel, event in
-                                shared.context.policy.track(
-                                    channel,
-                                    identityID: event.peer.id,
-                                    via: shared.context.controller
-                                )
+                                shared.context.policy.track(channel, identityID: event.peer.id)
                                 let pipeline = channel.pipeline.syncOperations
                                 try shared.context.core.configureClientPipeline(
                                     pipeline,

@@ -332,8 +332,8 @@ public final class OverlayGateway: Service, Sendable {
                 // Either the link closes, or a renewal asks this slot to link again while the old link drains.
                 channel.closeFuture.whenComplete { _ in rotation.succeed() }
                 try? await rotation.futureResult.get()
-                let (rotated, outcome, lastLink, redial) = links.withLockedValue {
-                    links -> (Bool, LinkOutcome?, Bool, Bool?) in
+                let (rotated, outcome, lastLink, controllerGone, redial) = links.withLockedValue {
+                    links -> (Bool, LinkOutcome?, Bool, Bool, Bool?) in
                     let rotated = links.channels[key].map { $0 !== channel } ?? true
                     if !rotated {
                         links.channels[key] = nil
@@ -341,11 +341,15 @@ public final class OverlayGateway: Service, Sendable {
                     }
                     return (
                         rotated, links.outcomes.removeValue(forKey: key), links.channels.isEmpty,
+                        !links.channels.keys.contains { $0.controller == key.controller },
                         links.redial.removeValue(forKey: key)
                     )
                 }
                 recordLinks()
                 if rotated { continue }  // dial again now, with the renewed certificate
+                // Its grant goes with its last link (`GatewayPolicy.Grants`): a replica that is gone must not hold back
+                // a widening the linked ones sent. Its next binding answer carries a grant again.
+                if controllerGone { policy.forgetGrant(from: key.controller.description) }
                 if lastLink { policy.connectionLost() }
                 if self.stopped { break }
                 switch outcome {

@@ -23,7 +23,10 @@ public final class TestBackend: Sendable {
             var eventsSent = 0
             var bytesWritten = 0
             var lastHeaders: [(String, String)] = []
+            var targets: [String] = []
         }
+        /// The most request targets `targets` keeps (the oldest go first).
+        static let keptTargets = 10_000
         private let state = NIOLockedValueBox(State())
 
         public var connectionsAccepted: Int { state.withLockedValue { $0.connectionsAccepted } }
@@ -37,6 +40,8 @@ public final class TestBackend: Sendable {
         /// Body bytes written by `/bytes` so far.
         public var bytesWritten: Int { state.withLockedValue { $0.bytesWritten } }
         public var lastHeaders: [(String, String)] { state.withLockedValue { $0.lastHeaders } }
+        /// The request targets (`/health?probe=3`) the backend was sent, oldest first: the last 10,000.
+        public var targets: [String] { state.withLockedValue { $0.targets } }
 
         func update(_ body: (inout State) -> Void) { state.withLockedValue { body(&$0) } }
     }

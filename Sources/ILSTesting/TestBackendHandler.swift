@@ -45,7 +45,11 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
-            record.update { $0.lastHeaders = head.headers.map { ($0.name, $0.value) } }
+            record.update {
+                $0.lastHeaders = head.headers.map { ($0.name, $0.value) }
+                $0.targets.append(head.uri)
+                if $0.targets.count > TestBackend.Record.keptTargets { $0.targets.removeFirst() }
+            }
             start(head, context: context)
         case .body(let buffer):
             if case .upload(var hash, let count) = route {

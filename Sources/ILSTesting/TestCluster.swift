@@ -24,7 +24,7 @@ public final class TestCluster: @unchecked Sendable {
     public private(set) var tunnel: Tunnel?
     /// Tunnels started after the first (`startTunnel`), shut down by `stop` as the first is.
     private var moreTunnels: [Tunnel] = []
-    /// The stores `restartController` opened, closed by `stop`.
+    /// The stores `restartController` opened and those given to `startReplica`, closed by `stop`.
     private var restartedStores: [any ControllerStore] = []
     public private(set) var tunnelPort = 0
     /// Controller replicas started with `startReplica`, sharing the first controller's store object.
@@ -232,8 +232,13 @@ public final class TestCluster: @unchecked Sendable {
     /// object, CA and token key, with a TLS certificate of its own for 127.0.0.1 (as `controller join` makes one).
     /// Both controllers write a heartbeat, so each lists the other (`GET /v1/controllers`, the list gateways and
     /// enrollments get). Returns the replica's address.
+    ///
+    /// `store`, when given, is the replica's own store object on the same database (its own pool and change feed, as
+    /// a replica in another process has), which `stop` closes.
     @discardableResult
-    public func startReplica(attempts: Int = 5) async throws -> ControllerAddress {
+    public func startReplica(store: (any ControllerStore)? = nil, attempts: Int = 5) async throws
+        -> ControllerAddress
+    {
         for attempt in 1...attempts {
             let port = try Self.freePort()
             let address = try ControllerAddress(parsing: "https://127.0.0.1:\(port)")
@@ -241,7 +246,8 @@ public final class TestCluster: @unchecked Sendable {
             let replica = state.replica(
                 address: address,
                 serverCertificatePEM: issued.certificatePEM + "\n" + state.authority.certificatePEM,
-                serverKeyPEM: issued.privateKeyPEM
+                serverKeyPEM: issued.privateKeyPEM,
+                store: store
             )
             try await replica.identities.reload(from: replica.store)
             let server = try ControllerServer(
@@ -258,6 +264,7 @@ public final class TestCluster: @unchecked Sendable {
                 continue
             }
             replicas.append((server, replica))
+            if let store { restartedStores.append(store) }
             await beat()
             return address
         }
@@ -311,7 +318,8 @@ public final class TestCluster: @unchecked Sendable {
         await controller.shutdown()
         for replica in replicas { await replica.server.shutdown() }
         for backend in backends { await backend.stop() }
-        // Replicas share the first controller's store object; each restart (`restartController`) opened its own.
+        // Replicas share the first controller's store object unless given their own; each restart
+        // (`restartController`) opened its own.
         await state.store.close()
         for store in restartedStores { await store.close() }
         try? FileManager.default.removeItem(atPath: directory)

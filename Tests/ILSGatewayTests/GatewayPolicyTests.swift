@@ -73,55 +73,58 @@ struct GatewayPolicyTests {
         #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
     }
 
-    @Test("with a grant, membership decides, not the role; a controller that sent none leaves the roles to decide")
+    @Test("with a grant, membership decides, not the role; a block still comes first")
     func grantDecides() throws {
         let policy = GatewayPolicy()
         policy.update([.device])
         let ipad = try certificate("ipad", role: .device)
         let admin = try certificate("phone-admin", role: .admin)
-        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+        // No controller sent a grant (an earlier release): the roles decide.
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api") != .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
         #expect(policy.updateGrant(grant([admin.id]), from: "a", hosted: "claude-api"))
-        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") == .allow)
-        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
-        // Controller b sent no grant (an earlier release): its circuits are decided by the roles.
-        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "b") == .allow)
-        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "b") != .allow)
-        // A block still comes first.
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api") == .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") != .allow)
         policy.updateRevoked([admin.id], from: "a")
-        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
+        #expect(policy.decide(admin, service: "claude-api", hosted: "claude-api") != .allow)
     }
 
     @Test(
-        "grants are per controller: one that narrows ends the circuits it took away, another's grant does not keep them"
+        "every linked controller's grant must hold the identity: a narrowing from any one ends its circuits and keeps it out, whichever relays"
     )
-    func grantPerController() throws {
+    func grantsIntersect() throws {
         let policy = GatewayPolicy()
         policy.update([.device])
         let ipad = try certificate("ipad", role: .device)
         let laptop = try certificate("laptop", role: .device)
+        // A's feed is stalled: it still grants the laptop, which B (where the admin narrowed) no longer does.
         #expect(policy.updateGrant(grant([ipad.id, laptop.id]), from: "a", hosted: "claude-api"))
+        let early = try activeChannel()
+        policy.track(early, identityID: laptop.id)
         #expect(policy.updateGrant(grant([ipad.id]), from: "b", hosted: "claude-api"))
-        let viaB = try activeChannel()
-        let other = try activeChannel()
-        policy.track(viaB, identityID: ipad.id, via: "b")
-        policy.track(other, identityID: laptop.id, via: "a")
-        #expect(policy.liveCircuits == 2)
-
-        // A narrows: the circuit of the identity it dropped ends, whichever controller carried it.
-        #expect(policy.updateGrant(grant([laptop.id]), from: "a", hosted: "claude-api"))
-        viaB.embeddedEventLoop.run()
-        other.embeddedEventLoop.run()
-        #expect(!viaB.isActive)
-        #expect(other.isActive, "a circuit of an identity A still grants was cut")
-        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") != .allow)
-        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "b") == .allow)
-
-        // A circuit decided before a narrowing and tracked after it is closed at once.
+        early.embeddedEventLoop.run()
+        #expect(!early.isActive, "the circuit B's narrowing took away was kept by A's stale grant")
+        #expect(policy.decide(laptop, service: "claude-api", hosted: "claude-api") != .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
+        // A circuit decided before the narrowing and tracked after it is closed at once.
         let late = try activeChannel()
-        policy.track(late, identityID: ipad.id, via: "a")
+        policy.track(late, identityID: laptop.id)
         late.embeddedEventLoop.run()
         #expect(!late.isActive)
-        _ = try? other.finish()
+
+        // B's last link closes: its grant goes, and A's decides alone (a gone replica holds no widening back).
+        policy.forgetGrant(from: "b")
+        #expect(policy.decide(laptop, service: "claude-api", hosted: "claude-api") == .allow)
+        let viaA = try activeChannel()
+        policy.track(viaA, identityID: ipad.id)
+        #expect(policy.liveCircuits == 1)
+        // B links again with a grant that lacks the ipad: the ipad's circuit ends although B had no grant before to
+        // drop it from.
+        #expect(policy.updateGrant(grant([laptop.id]), from: "b", hosted: "claude-api"))
+        viaA.embeddedEventLoop.run()
+        #expect(!viaA.isActive)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") != .allow)
+        #expect(policy.decide(laptop, service: "claude-api", hosted: "claude-api") == .allow)
     }
 
     @Test("a grant for another service, too large, or with an id that cannot be one is dropped whole")
@@ -142,7 +145,7 @@ struct GatewayPolicyTests {
         let huge = (0...DialGrant.maximumIdentities).map { "id-\($0)" }
         #expect(!policy.updateGrant(grant(huge), from: "a", hosted: "claude-api"))
         // What was in force stays.
-        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api", via: "a") == .allow)
+        #expect(policy.decide(ipad, service: "claude-api", hosted: "claude-api") == .allow)
     }
 
     private func activeChannel() throws -> EmbeddedChannel {
