@@ -36,7 +36,9 @@ public final class CircuitAcceptor: ChannelInboundHandler, RemovableChannelHandl
         reading = true
         defer { reading = false }
         guard !sawHead, case .headers(let request) = unwrapInboundIn(data) else {
-            answer(context) { self.refuse($0, status: 400, code: "protocol_error", reason: "expected a CONNECT head first") }
+            answer(context) {
+                self.refuse($0, status: 400, code: "protocol_error", reason: "expected a CONNECT head first")
+            }
             return
         }
         sawHead = true
