@@ -16,6 +16,19 @@ public protocol IdentityStore: Sendable {
     func delete() throws(ILSError)
 }
 
+extension IdentityStore {
+    /// Saves the cluster's controller list, as a controller just named it, into the stored identity, if it still
+    /// holds `certificate` (a renewal may have replaced it since) and the list changed (`IdentityFile.learning`).
+    /// Returns whether it saved.
+    @discardableResult
+    public func learn(_ announced: [ControllerAddress], certificate: String) throws(ILSError) -> Bool {
+        guard let stored = try load(), stored.certificate == certificate, let learned = stored.learning(announced)
+        else { return false }
+        try save(learned)
+        return true
+    }
+}
+
 /// The identity in a JSON file written with mode 0600, atomically (`IdentityFileIO`): the same file
 /// `ils-gateway enroll` writes and `ils-gateway tunnel` reads.
 public struct FileIdentityStore: IdentityStore {

@@ -26,6 +26,19 @@ public final class OverlayClient: Sendable {
         self.init(dialer: try OverlayDialer(identity: identity))
     }
 
+    /// With the identity `store` holds; the cluster's controller list, as controllers name it on each circuit, is
+    /// saved back there (`IdentityStore.learn`), so the app fails over to a replica that joined after it enrolled,
+    /// on this launch and the next ones.
+    public convenience init(store: any IdentityStore) throws(ILSError) {
+        guard let identity = try store.load() else {
+            throw ILSError(.notFound, "no identity is stored; enroll this device first")
+        }
+        try self.init(identity: identity)
+        dialer.onControllersLearned { learned in
+            _ = try? store.learn(ControllerAddress.replicas(learned.controllers), certificate: learned.certificate)
+        }
+    }
+
     /// Sends `request` to `service` (the URL's host when nil) and returns once the response head has arrived.
     /// The body comes as it arrives, chunk by chunk, from `OverlayResponse.body`; cancelling the task that reads it
     /// (or dropping the response) closes the circuit, and the gateway then closes its backend connection.

@@ -64,9 +64,36 @@ public final class OverlayDialer: Sendable {
     /// The identity in use: a connector per controller replica, in the order they are tried, and which one to
     /// try first (the last that answered).
     private struct Identity {
+        var file: IdentityFile
         var connectors: [FabricConnector]
         var credentials: E2EHandshake.Credentials
         var preferred = 0
+    }
+
+    private let learnedHandler = NIOLockedValueBox<(@Sendable (IdentityFile) -> Void)?>(nil)
+
+    /// Calls `body` with the identity, its `controllers` replaced, whenever a circuit answer names a controller list
+    /// that differs from the one in use (`ControllerAddress.listHeader`): a replica joined or left. The dialer uses
+    /// the new list from the next connection on by itself; `body` keeps it (`OverlayClient(store:)` saves it in the
+    /// identity store), so the next launch fails over too.
+    public func onControllersLearned(_ body: @escaping @Sendable (IdentityFile) -> Void) {
+        learnedHandler.withLockedValue { $0 = body }
+    }
+
+    /// A controller named the cluster's controllers: used from the next connection on (the one that answered stays
+    /// first), and handed to `onControllersLearned`.
+    private func heard(_ announced: [ControllerAddress]) {
+        let learned = current.withLockedValue { current -> IdentityFile? in
+            guard let file = current.file.learning(announced),
+                var loaded = try? Self.load(file)
+            else { return nil }
+            let address = current.connectors[current.preferred].address
+            loaded.preferred = loaded.connectors.firstIndex { $0.address == address } ?? 0
+            current = loaded
+            return file
+        }
+        guard let learned else { return }
+        learnedHandler.withLockedValue { $0 }?(learned)
     }
 
     private static func load(_ identity: IdentityFile) throws(ILSError) -> Identity {
@@ -77,6 +104,7 @@ public final class OverlayDialer: Sendable {
         // An unparseable `controller` leaves the list empty: let the connector say why, as before replicas.
         if connectors.isEmpty { connectors = [try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN)] }
         return Identity(
+            file: identity,
             connectors: connectors,
             credentials: try E2EHandshake.Credentials(
                 certificatePEM: identity.certificate,
@@ -207,7 +235,12 @@ public final class OverlayDialer: Sendable {
             let opened = self.eventLoop.makePromise(of: Void.self)
             let stream = connection.multiplexer.createStreamChannel { stream in
                 stream.eventLoop.makeCompletedFuture {
-                    try stream.pipeline.syncOperations.addHandler(CircuitDialer(service: service, opened: opened))
+                    try stream.pipeline.syncOperations.addHandler(
+                        CircuitDialer(service: service, opened: opened) { headers in
+                            guard let value = headers.first(name: ControllerAddress.listHeader) else { return }
+                            self.heard(ControllerAddress.list(header: value))
+                        }
+                    )
                 }
             }
             // A stream that could not be made (the connection is closing) never answers: complete `opened` too, or

@@ -16,6 +16,13 @@ public struct AdminCalls: Sendable {
         self.actor = identityFile.identity.name
     }
 
+    /// With the admin identity file at `path`, which learns the cluster's controllers from every answer
+    /// (`ControllerClient.init(path:)`): the console fails over to a replica that joined after it started.
+    public init(path: String) throws(ILSError) {
+        self.client = try ControllerClient(path: path)
+        self.actor = try IdentityFileIO.read(path).identity.name
+    }
+
     func identities() async throws(ILSError) -> [IdentityRecord] {
         try await client.call(.GET, "/v1/admin/identities")
     }

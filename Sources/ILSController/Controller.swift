@@ -362,9 +362,13 @@ public struct Controller: Sendable {
     /// Every listed controller's address, this one's first, as enrollment, renewal and gateway links hand it out.
     /// Only this one's when the store cannot be read: the answer must not fail for want of the list.
     public func controllerAddresses() async -> [String] {
+        (try? await listedControllerAddresses()) ?? [state.address.description]
+    }
+
+    /// This controller's address, then the others with a heartbeat in the store; throws when the store cannot say.
+    func listedControllerAddresses() async throws(ILSError) -> [String] {
         let own = state.address.description
-        let others = ((try? await controllers()) ?? []).map(\.address).filter { $0 != own }
-        return [own] + others
+        return [own] + (try await controllers()).map(\.address).filter { $0 != own }
     }
 
     /// `POST /v1/admin/cluster/join`: the cluster's secrets for a new replica at `request.address`, sealed to its

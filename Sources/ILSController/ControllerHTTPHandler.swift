@@ -132,6 +132,9 @@ final class ControllerHTTPHandler: ChannelInboundHandler {
         headers.add(name: "Content-Type", value: "application/json")
         headers.add(name: "Content-Length", value: String(response.body.count))
         headers.add(name: "Cache-Control", value: "no-store")
+        if let controllers = response.controllers {
+            headers.add(name: ControllerAddress.listHeader, value: ControllerAddress.header(controllers))
+        }
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         context.write(
             wrapOutboundOut(

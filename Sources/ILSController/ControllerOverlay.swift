@@ -83,6 +83,7 @@ struct ControllerOverlay: Sendable {
             return
         }
         let relay = self.relay
+        let roster = controller.state.roster
         live.add(channel, identityID: device.id)
         ControllerMetrics.deviceConnections.increment()
         channel.closeFuture.whenComplete { _ in ControllerMetrics.deviceConnections.decrement() }
@@ -93,10 +94,18 @@ struct ControllerOverlay: Sendable {
             // keep the fabric's default, since every device's circuits to a service share them.
             maxConcurrentStreams: relay.circuitLimiter.limits.concurrent
         ) {
-            CircuitAcceptor { service, _, stream in relay.dial(service: service, device: device, stream: stream) }
+            CircuitAcceptor(answerHeaders: { Self.clusterHeader(roster) }) { service, _, stream in
+                relay.dial(service: service, device: device, stream: stream)
+            }
         }
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))
         logger.info("device connected", metadata: ["identity": "\(device.name)"])
+    }
+
+    /// The cluster's controllers on a device's circuit answers, so a device enrolled before a replica existed learns
+    /// it on its first circuit (none before the list was first read from the store: `ControllerRoster.announced`).
+    private static func clusterHeader(_ roster: ControllerRoster) -> [(String, String)] {
+        roster.announced.map { [(ControllerAddress.listHeader, ControllerAddress.header($0))] } ?? []
     }
 
     /// Whether the peer presented a certificate (TLS verified it against the CA: one this controller issued).

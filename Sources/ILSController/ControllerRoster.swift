@@ -10,6 +10,7 @@ import NIOConcurrencyHelpers
 /// which `refresh` brings up to date from the store (every heartbeat interval, and on the store's change feed).
 public final class ControllerRoster: Sendable {
     private let addresses: NIOLockedValueBox<[String]>
+    private let read = NIOLockedValueBox(false)
 
     init(own: ControllerAddress) {
         addresses = NIOLockedValueBox([own.description])
@@ -18,10 +19,17 @@ public final class ControllerRoster: Sendable {
     /// The list as last read, this controller first.
     public var current: [String] { addresses.withLockedValue { $0 } }
 
-    /// Reads the list from the store and pushes it to every gateway if it changed. Returns whether it changed.
+    /// The list once it has been read from the store at least once; nil before (a client told only this controller
+    /// in its first moment would write that into its identity file over a longer list).
+    public var announced: [String]? { read.withLockedValue { $0 } ? current : nil }
+
+    /// Reads the list from the store and pushes it to every gateway if it changed (a store that cannot answer changes
+    /// nothing). Returns whether it changed.
     @discardableResult
     func refresh(controller: Controller, live: LiveConnections) async -> Bool {
-        let list = await controller.controllerAddresses()
+        // A store that cannot answer says nothing about the cluster: the list stays as it was.
+        guard let list = try? await controller.listedControllerAddresses() else { return false }
+        defer { read.withLockedValue { $0 = true } }
         // Compared as sets: the store's order among the others is not a change.
         let changed = addresses.withLockedValue { addresses -> Bool in
             guard Set(addresses) != Set(list) else { return false }

@@ -19,6 +19,8 @@ struct APIRequest {
 struct APIResponse {
     var status: HTTPResponseStatus
     var body: Data
+    /// The cluster's controllers, for the `ils-controllers` header (`ControllerAddress.listHeader`).
+    var controllers: [String]? = nil
 }
 
 /// Routes controller API requests to `Controller` and turns every outcome into JSON.
@@ -33,14 +35,19 @@ struct ControllerRouter: Sendable {
     }
 
     func handle(_ request: APIRequest) async -> APIResponse {
+        var response: APIResponse
         do throws(ILSError) {
-            return try await route(request)
+            response = try await route(request)
         } catch {
             if error.code == .internalError {
                 logger.error("request failed", metadata: ["path": "\(request.path)", "error": "\(error.detail ?? "")"])
             }
-            return Self.failure(error)
+            response = Self.failure(error)
         }
+        // A caller with an identity certificate (TLS verified it against the CA) learns the cluster on every answer,
+        // so its identity file fails over to replicas that joined after it was written (docs/protocol.md).
+        if request.clientCertificate != nil { response.controllers = controller.state.roster.announced }
+        return response
     }
 
     private func route(_ request: APIRequest) async throws(ILSError) -> APIResponse {

@@ -342,6 +342,19 @@ public struct IdentityFile: Codable, Sendable {
         self.controllers = controllers
     }
 
+    /// This file with `controllers` set to the cluster's list as a controller just named it
+    /// (`ControllerAddress.listHeader`), or nil when that would change nothing: the same addresses in any order, or
+    /// an empty list. `controller` stays the first tried, even when the list no longer names it.
+    public func learning(_ announced: [ControllerAddress]) -> IdentityFile? {
+        // Compared with the list the file holds (its `controller` alone when it has none), so a file whose own
+        // controller left the cluster is not written again on every connection.
+        let known = ControllerAddress.replicas(controllers.isEmpty ? [controller] : controllers)
+        guard !announced.isEmpty, Set(announced) != Set(known) else { return nil }
+        var file = self
+        file.controllers = announced.map(\.description)
+        return file
+    }
+
     /// The controllers to try, in order: `controller`, then the others of `controllers`, each once, invalid
     /// addresses left out, at most `ControllerAddress.maximumReplicas` (the list came from the network).
     public var controllerAddresses: [ControllerAddress] {

@@ -32,6 +32,20 @@ extension ControllerAddress {
 
     /// `addresses` parsed, in order, each once (by its canonical form), unparseable entries left out, at most
     /// `maximumReplicas`.
+    /// The header in which a controller names the cluster's controllers, itself first, comma-separated
+    /// (`https://a:8443, https://b:8443`): on every API answer to a caller that presented an identity certificate,
+    /// and on every circuit answer to a device. Clients persist it (`IdentityFile.learning`), so an identity made
+    /// before a replica existed fails over to it after one connection.
+    public static let listHeader = "ils-controllers"
+
+    /// A `listHeader` value: the addresses in it that parse (`replicas`: each once, at most `maximumReplicas`).
+    public static func list(header value: String) -> [ControllerAddress] {
+        replicas(value.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) })
+    }
+
+    /// The `listHeader` value for `addresses`.
+    public static func header(_ addresses: [String]) -> String { addresses.joined(separator: ", ") }
+
     public static func replicas(_ addresses: [String]) -> [ControllerAddress] {
         var seen: Set<ControllerAddress> = []
         var list: [ControllerAddress] = []

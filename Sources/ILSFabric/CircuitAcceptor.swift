@@ -23,12 +23,16 @@ public final class CircuitAcceptor: ChannelInboundHandler, RemovableChannelHandl
         -> EventLoopFuture<CircuitDecision>
 
     private let decide: Decide
+    private let answerHeaders: @Sendable () -> [(String, String)]
     private var sawHead = false
     /// Whether `channelRead` is running (see `answer`).
     private var reading = false
 
-    public init(decide: @escaping Decide) {
+    /// `answerHeaders` are added to every answer, acceptance or refusal (the controller names the cluster's
+    /// controllers there, `ControllerAddress.listHeader`).
+    public init(answerHeaders: @escaping @Sendable () -> [(String, String)] = { [] }, decide: @escaping Decide) {
         self.decide = decide
+        self.answerHeaders = answerHeaders
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -56,10 +60,9 @@ public final class CircuitAcceptor: ChannelInboundHandler, RemovableChannelHandl
                 switch result {
                 case .success(.accept(let install)):
                     do {
-                        context.writeAndFlush(
-                            self.wrapOutboundOut(.headers(.init(headers: [":status": "200"]))),
-                            promise: nil
-                        )
+                        var headers = HPACKHeaders([(":status", "200")])
+                        headers.add(contentsOf: self.answerHeaders())
+                        context.writeAndFlush(self.wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
                         try install(context.pipeline.syncOperations)
                         context.pipeline.syncOperations.removeHandler(self, promise: nil)
                     } catch {
@@ -95,10 +98,11 @@ public final class CircuitAcceptor: ChannelInboundHandler, RemovableChannelHandl
     }
 
     private func refuse(_ context: ChannelHandlerContext, status: Int, code: String, reason: String) {
-        let headers = HPACKHeaders([
+        var headers = HPACKHeaders([
             (":status", String(status)), (FabricProtocol.errorHeader, code),
             (FabricProtocol.reasonHeader, String(reason.prefix(300))),
         ])
+        headers.add(contentsOf: answerHeaders())
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))))
             .whenComplete { _ in channel.close(promise: nil) }

@@ -1,5 +1,5 @@
 public import NIOCore
-import NIOHPACK
+public import NIOHPACK
 public import NIOHTTP2
 
 /// A circuit the other side refused, with its stable code and a sentence for a person.
@@ -24,12 +24,20 @@ public final class CircuitDialer: ChannelInboundHandler, RemovableChannelHandler
     private let service: String
     private let extraHeaders: [(String, String)]
     private let opened: EventLoopPromise<Void>
+    private let answered: (@Sendable (HPACKHeaders) -> Void)?
     private var waiting = true
 
-    public init(service: String, extraHeaders: [(String, String)] = [], opened: EventLoopPromise<Void>) {
+    /// `answered` is given the answer's headers, acceptance or refusal, before `opened` completes.
+    public init(
+        service: String,
+        extraHeaders: [(String, String)] = [],
+        opened: EventLoopPromise<Void>,
+        answered: (@Sendable (HPACKHeaders) -> Void)? = nil
+    ) {
         self.service = service
         self.extraHeaders = extraHeaders
         self.opened = opened
+        self.answered = answered
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {
@@ -47,6 +55,7 @@ public final class CircuitDialer: ChannelInboundHandler, RemovableChannelHandler
             finish(context, .failure(CircuitRefused(code: "protocol_error", reason: "data before the answer")))
             return
         }
+        answered?(answer.headers)
         if answer.headers.first(name: ":status") == "200" {
             waiting = false
             opened.succeed()

@@ -291,6 +291,11 @@ public final class OverlayGateway: Service, Sendable {
         }
         guard changed else { return }
         logger.info("controller list", metadata: ["controllers": "\(pushed.map(\.description))"])
+        // Kept in the identity file too: after a restart, the gateway links to replicas that joined since enrollment
+        // even while the file's own controller is down.
+        if let path = keeper?.path {
+            IdentityFileIO.learn(pushed, path: path, certificate: identity.withLockedValue { $0.file.certificate })
+        }
         startMissingLinks()
     }
 

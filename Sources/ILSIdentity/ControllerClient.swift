@@ -43,6 +43,13 @@ public struct ControllerClient: Sendable {
     public let trust: Trust
     public let identity: ClientIdentity?
     public var timeout: TimeAmount = .seconds(10)
+    /// The cluster's controllers as the last answer named them, shared by every copy of this client: tried after
+    /// `address` and `fallbacks`, so a long-lived client (the console) fails over to a replica that joined after it
+    /// started.
+    private let cluster = NIOLockedValueBox<[ControllerAddress]>([])
+    /// Told the cluster's controllers whenever an answer names them (`ControllerAddress.listHeader`): `init(path:)`
+    /// writes them into the identity file.
+    public var learn: (@Sendable ([ControllerAddress]) -> Void)?
 
     public init(
         address: ControllerAddress,
@@ -68,11 +75,22 @@ public struct ControllerClient: Sendable {
         )
     }
 
+    /// A client from the identity file at `path` that keeps the file's controller list current: every answer that
+    /// names the cluster's controllers is written into the file (`IdentityFileIO.learn`), so the next command fails
+    /// over to a replica that joined after the file was written (an admin file from `controller init` included).
+    public init(path: String) throws(ILSError) {
+        let file = try IdentityFileIO.read(path)
+        try self.init(identityFile: file)
+        let certificate = file.certificate
+        learn = { IdentityFileIO.learn($0, path: path, certificate: certificate) }
+    }
+
     /// The same identity and trust, speaking to `address` only (the CLI asks each controller of a cluster for what
     /// only that one knows: its live sessions).
     public func only(_ address: ControllerAddress) -> ControllerClient {
         var client = ControllerClient(address: address, trust: trust, identity: identity)
         client.timeout = timeout
+        client.learn = learn
         return client
     }
 
@@ -120,7 +138,8 @@ public struct ControllerClient: Sendable {
     /// `send` to `address`, then to each fallback in turn while the controller could not be connected to.
     func sendFailingOver(_ method: HTTPMethod, _ path: String, body: Data?) async throws(ILSError) -> (Int, Data) {
         var unreachable: [String] = []
-        for address in [address] + fallbacks {
+        let learned = cluster.withLockedValue { $0 }
+        for address in ControllerAddress.replicas(([address] + fallbacks + learned).map(\.description)) {
             do {
                 return try await send(method, path, body: body, to: address)
             } catch let error as Unreachable {
@@ -223,7 +242,11 @@ public struct ControllerClient: Sendable {
         do {
             let response = try await collector.future(on: channel.eventLoop).get()
             try? await channel.close()
-            return response
+            if let learned = response.controllers.map(ControllerAddress.list(header:)), !learned.isEmpty {
+                cluster.withLockedValue { $0 = learned }
+                learn?(learned)
+            }
+            return (response.status, response.body)
         } catch {
             if case .pinnedFingerprint = trust, error is NIOSSLError, pinRefused.withLockedValue({ $0 }) {
                 // The chain did not lead to the CA the token pins: this is not the controller the token names.

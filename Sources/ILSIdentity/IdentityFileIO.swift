@@ -18,6 +18,18 @@ public enum IdentityFileIO {
         return data
     }
 
+    /// Writes the cluster's controller list, as a controller just named it, into the identity file at `path`, so the
+    /// next command or process fails over to replicas that joined after the file was written. The file is read again
+    /// first and written (atomically, 0600) only if it still holds `certificate` (a renewal elsewhere may have
+    /// replaced it, and its own answer carried the list) and the list changed. Returns whether it wrote; never
+    /// throws: learning the list must not fail what the identity was used for.
+    @discardableResult
+    public static func learn(_ announced: [ControllerAddress], path: String, certificate: String) -> Bool {
+        guard let file = try? read(path), file.certificate == certificate, let learned = file.learning(announced)
+        else { return false }
+        return (try? write(learned, to: path, overwrite: true)) != nil
+    }
+
     public static func read(_ path: String) throws(ILSError) -> IdentityFile {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ILSError(.notFound, "no identity file at \(path); enroll first or give --identity FILE")

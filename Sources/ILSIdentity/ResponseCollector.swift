@@ -1,28 +1,37 @@
 import Foundation
+import ILSCore
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 
-/// Gathers one HTTP response (bounded) and completes a promise with its status and body.
+/// Gathers one HTTP response (bounded) and completes a promise with its status, body and the controller list it
+/// names (`ControllerAddress.listHeader`).
 final class ResponseCollector: ChannelInboundHandler {
     typealias InboundIn = HTTPClientResponsePart
 
     /// Hands the promise across the bootstrap's initializer, which runs before the caller holds the channel.
     final class Box: Sendable {
-        private let promise = NIOLockedValueBox<EventLoopPromise<(Int, Data)>?>(nil)
+        private let promise = NIOLockedValueBox<EventLoopPromise<Answer>?>(nil)
 
-        func promise(on eventLoop: any EventLoop) -> EventLoopPromise<(Int, Data)> {
+        func promise(on eventLoop: any EventLoop) -> EventLoopPromise<Answer> {
             promise.withLockedValue { existing in
                 if let existing { return existing }
-                let created = eventLoop.makePromise(of: (Int, Data).self)
+                let created = eventLoop.makePromise(of: Answer.self)
                 existing = created
                 return created
             }
         }
 
-        func future(on eventLoop: any EventLoop) -> EventLoopFuture<(Int, Data)> {
+        func future(on eventLoop: any EventLoop) -> EventLoopFuture<Answer> {
             promise(on: eventLoop).futureResult
         }
+    }
+
+    struct Answer: Sendable {
+        var status: Int
+        var body: Data
+        /// The `ils-controllers` header's value, if the answer had one.
+        var controllers: String?
     }
 
     enum Failure: Error, CustomStringConvertible {
@@ -40,6 +49,7 @@ final class ResponseCollector: ChannelInboundHandler {
     private let box: Box
     private let limit: Int
     private var status = 0
+    private var controllers: String?
     private var body = Data()
     private var done = false
 
@@ -52,6 +62,7 @@ final class ResponseCollector: ChannelInboundHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             status = Int(head.status.code)
+            controllers = head.headers.first(name: ControllerAddress.listHeader)
         case .body(let buffer):
             guard body.count + buffer.readableBytes <= limit else {
                 finish(context, .failure(Failure.tooLarge))
@@ -60,7 +71,7 @@ final class ResponseCollector: ChannelInboundHandler {
             }
             body.append(contentsOf: buffer.readableBytesView)
         case .end:
-            finish(context, .success((status, body)))
+            finish(context, .success(Answer(status: status, body: body, controllers: controllers)))
         }
     }
 
@@ -74,7 +85,7 @@ final class ResponseCollector: ChannelInboundHandler {
         context.close(promise: nil)
     }
 
-    private func finish(_ context: ChannelHandlerContext, _ result: Result<(Int, Data), any Error>) {
+    private func finish(_ context: ChannelHandlerContext, _ result: Result<Answer, any Error>) {
         guard !done else { return }
         done = true
         box.promise(on: context.eventLoop).completeWith(result)

@@ -57,6 +57,17 @@ public final class Tunnel: Service, Sendable {
         }
         self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive)
         self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
+        if let identityPath {
+            // The cluster's controllers, as circuit answers name them, go into the identity file: the next start
+            // fails over to a replica that joined after enrollment.
+            dialer.onControllersLearned { learned in
+                IdentityFileIO.learn(
+                    ControllerAddress.replicas(learned.controllers),
+                    path: identityPath,
+                    certificate: learned.certificate
+                )
+            }
+        }
         self.service = service
         self.listen = listen
         self.logger = logger

@@ -34,7 +34,7 @@ struct AdminIdentityOption: ParsableArguments {
 
     func client(parent: AdminCommand) throws(ILSError) -> ControllerClient {
         let path = identity ?? parent.identity ?? AdminCommand.defaultIdentity
-        return try ControllerClient(identityFile: try IdentityFileIO.read(path))
+        return try ControllerClient(path: path)
     }
 }
 

@@ -92,7 +92,7 @@ struct ConsoleCommand: AsyncParsableCommand {
         configuration.deadlines.body = try Self.duration(requestBodyTimeout, flag: "--request-body-timeout")
         try configuration.validate()
         let path = identityOption.identity ?? admin.identity ?? AdminCommand.defaultIdentity
-        let calls = try AdminCalls(identityFile: try IdentityFileIO.read(path))
+        let calls = try AdminCalls(path: path)
         let logger = try logOptions.bootstrap(
             label: "ils-console",
             layers: ConfigLayers(file: nil, environment: { _ in nil })

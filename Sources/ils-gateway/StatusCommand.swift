@@ -69,7 +69,7 @@ struct StatusCommand: AsyncParsableCommand {
         )
         var failure: ILSError?
         do {
-            let client = try ControllerClient(identityFile: file)
+            let client = try ControllerClient(path: path)
             let record: IdentityRecord = try await client.call(.GET, "/v1/whoami")
             report.controllerReachable = true
             report.accepted = true

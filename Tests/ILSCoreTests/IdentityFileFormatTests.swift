@@ -62,6 +62,44 @@ struct IdentityFileFormatTests {
         #expect(file.privateKey.hasPrefix("-----BEGIN PRIVATE KEY-----\n") && !file.privateKey.contains("\r"))
     }
 
+    @Test(
+        "a controller list heard from the cluster replaces the file's when the set differs; the same set, in any order, or none changes nothing"
+    )
+    func learningTheCluster() throws {
+        let json = """
+            {"version": 1, "controller": "https://a:8443", "certificate": "c", "caCertificate": "ca",
+             "privateKey": "k", "identity": {"id": "b6f1", "name": "tablet", "role": "device", "state": "active", "createdAt": 1,
+                          "attributes": []}}
+            """
+        let file = try JSONDecoder().decode(IdentityFile.self, from: Data(json.utf8))
+        let a = try ControllerAddress(parsing: "https://a:8443")
+        let b = try ControllerAddress(parsing: "https://b:8443")
+        // A file written before replicas (no list): its own controller alone is nothing new.
+        #expect(file.learning([a]) == nil)
+        #expect(file.learning([]) == nil)
+        let learned = try #require(file.learning([b, a]))
+        #expect(learned.controller == "https://a:8443", "the file's own controller stays the first tried")
+        #expect(learned.controllers == ["https://b:8443", "https://a:8443"])
+        #expect(learned.controllerAddresses == [a, b])
+        #expect(learned.learning([a, b]) == nil, "the same set in another order is not a change")
+        // The file's own controller left the cluster: the list without it is kept, and not written again.
+        let without = try #require(learned.learning([b]))
+        #expect(without.controllerAddresses == [a, b])
+        #expect(without.learning([b]) == nil)
+    }
+
+    @Test(
+        "the ils-controllers header: comma-separated, spaces ignored, invalid entries and repeats dropped, at most 16"
+    )
+    func controllerListHeader() throws {
+        let parsed = ControllerAddress.list(header: "https://a:8443, https://b:8443,nonsense,https://a:8443,  ")
+        #expect(parsed.map(\.description) == ["https://a:8443", "https://b:8443"])
+        #expect(ControllerAddress.header(["https://a:8443", "https://b:8443"]) == "https://a:8443, https://b:8443")
+        let many = (1...40).map { "https://c\($0):8443" }.joined(separator: ",")
+        #expect(ControllerAddress.list(header: many).count == ControllerAddress.maximumReplicas)
+        #expect(ControllerAddress.list(header: "").isEmpty)
+    }
+
     static func quoted(_ text: String) -> String {
         String(decoding: try! JSONEncoder().encode(text), as: UTF8.self)
     }

@@ -35,15 +35,18 @@ struct HandshakeV3KnownAnswerTests {
     func records() throws {
         let key = [UInt8](repeating: 0x11, count: 32)
         let sender = E2EHandshakeV3().sender(suite: .aes256gcmHKDF, key: key, recordsPerKey: 2)
-        let records = [sender.seal(Array("hi".utf8)), sender.seal([], final: true), sender.seal(Array("x".utf8))]
+        // FINAL last, as a sender must send it; the third record is sealed under the changed key.
+        let records = [sender.seal(Array("hi".utf8)), sender.seal(Array("x".utf8)), sender.seal([], final: true)]
         #expect(
             records.map(Self.hex) == [
-                "0004d92e3162621fa6261d133e3e724f33bcd6", "01fd082bf6358d65b8cf6b19cda49d21f7",
-                "00c2c87db71083150b3ea225aa658a169ba6",
+                "0004d92e3162621fa6261d133e3e724f33bcd6", "00028524f148b0bd03a9b30b389be0d0ed0a",
+                "0138dde279f4b2f2df93ecb2f8e73935e9",
             ]
         )
         let receiver = try E2EHandshakeV3().receiver(suite: .aes256gcmHKDF, key: key, header: [], recordsPerKey: 2)
         #expect(try receiver.open(records[0]).plaintext == Array("hi".utf8))
+        #expect(try receiver.open(records[1]).plaintext == Array("x".utf8))
+        #expect(try receiver.open(records[2]).final)
     }
 }
 

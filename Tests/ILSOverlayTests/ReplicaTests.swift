@@ -199,4 +199,63 @@ struct ReplicaTests {
             await hangUp.stop()
         }
     }
+
+    @Test(
+        "an admin file from controller init learns the replica on any call, and revokes through it with the first down"
+    )
+    func adminFileLearnsTheCluster() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let phone = try await cluster.enroll("phone", role: .device)
+            let path = "\(cluster.directory)/identities/admin.json"
+            #expect(try IdentityFileIO.read(path).controllers.isEmpty, "controller init wrote no list")
+            let b = try await cluster.startReplica()
+            // A's list names B once A has read its heartbeat (the event waited for: A's roster).
+            #expect(await TestCluster.eventually { cluster.state.roster.announced?.count == 2 })
+            let _: [IdentityRecord] = try await ControllerClient(path: path).call(.GET, "/v1/admin/identities")
+            let learned = try IdentityFileIO.read(path)
+            #expect(Set(learned.controllerAddresses) == [a, b])
+            #expect(learned.controller == a.description)
+            #expect(learned.certificate == (try IdentityFileIO.read(path)).certificate)
+
+            await cluster.controller.shutdown()
+            try await cluster.syncReplicas()
+            let revoked: IdentityRecord = try await ControllerClient(path: path).call(
+                .POST,
+                "/v1/admin/identities/phone/revoke"
+            )
+            #expect(revoked.state == .revoked && revoked.id == phone.identity.id)
+            #expect(cluster.replicas[0].state.identities.identity(named: "phone")?.state == .revoked)
+        }
+    }
+
+    @Test("a device enrolled before the replica existed learns it on its first circuit and fails over to it")
+    func deviceLearnsTheClusterFromACircuit() async throws {
+        try await withCluster { cluster in
+            let a = try Self.first(cluster)
+            let phone = try await cluster.enroll("phone", role: .device)
+            #expect(phone.controllers == [a.description])
+            let b = try await cluster.startReplica()
+            #expect(await TestCluster.eventually { cluster.state.roster.announced?.count == 2 })
+            #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(b) })
+            let stored = FileIdentityStore(path: "\(cluster.directory)/identities/phone-app.json")
+            try stored.save(phone)
+
+            // One request through A: its circuit answer names B, and the app's store keeps it.
+            let client = try OverlayClient(store: stored)
+            let response = try await client.stream(URLRequest(url: URL(string: "http://claude-api/health")!))
+            for try await _ in response.body {}
+            let learned = try #require(try stored.load())
+            #expect(Set(learned.controllerAddresses) == [a, b])
+
+            // A goes away: the next launch, from the store, reaches the service through B.
+            await cluster.controller.shutdown()
+            try await cluster.syncReplicas()
+            let relaunched = try OverlayClient(store: stored)
+            let again = try await relaunched.stream(URLRequest(url: URL(string: "http://claude-api/health")!))
+            #expect(again.response.statusCode == 200)
+            for try await _ in again.body {}
+            #expect(relaunched.dialer.preferredController == b)
+        }
+    }
 }

@@ -132,6 +132,8 @@ def cluster(ils_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         r = a.cli("controller", "init", "--state-dir", str(a.state_dir), "--address", a.address, "--store", store)
         assert r.returncode == 0, f"controller init on PostgreSQL\n{r.describe()}"
         a.start()
+        # A device enrolled while A was the whole cluster: its file lists A alone (issue 38's HA test).
+        enroll(a, "early", "device")
         r = b.cli("controller", "join", "--identity", "identities/admin.json", "--address", b.address,
                   "--state-dir", str(b.state_dir))
         assert r.returncode == 0, f"controller join\n{r.describe()}"
@@ -393,3 +395,49 @@ def test_controller_killed_mid_stream_next_request_fails_over(cluster: Cluster) 
     finally:
         f.tunnel.stop()
         c.a.restart()  # the same state directory and port: the set-up is whole again
+
+
+def test_identities_made_before_the_replica_learn_it_and_fail_over(cluster: Cluster) -> None:
+    """Issue 38, item 4: a device enrolled before B existed learns B from one circuit through A, and the admin file
+    that `controller init` wrote learns it from any command; with A SIGKILLed, both go on through B."""
+    c = cluster
+    early = json.loads(c.identity_file("early").read_text())
+    assert early.get("controllers", [early["controller"]]) == [c.a.address], early
+    f = Faulty(c.a, c.backend, c.gateway, Tunnel(c.a, "early", c.log_dir), c.log_dir, device="early")
+    f.tunnel.start()
+    try:
+        wait_gateway_linked(c, c.a, c.b)
+        # One request, through A (the only controller the file names): its answer names the cluster.
+        wait_until_flowing(f, 10.0)
+        learned = json.loads(c.identity_file("early").read_text())
+        assert set(learned["controllers"]) == {c.a.address, c.b.address}, learned
+        assert learned["controller"] == c.a.address and learned["certificate"] == early["certificate"]
+        assert oct(c.identity_file("early").stat().st_mode & 0o777) == "0o600"
+        # The admin file `controller init` wrote, after any command through A.
+        r = c.a.cli("status", "--identity", "identities/admin.json")
+        assert r.returncode == 0, r.describe()
+        admin = json.loads((c.root / "identities" / "admin.json").read_text())
+        assert admin["controller"] == c.a.address and set(admin["controllers"]) == {c.a.address, c.b.address}, admin
+
+        assert c.a.process is not None and c.a.process.proc is not None
+        c.a.process.proc.send_signal(signal.SIGKILL)
+        c.a.process.proc.wait()
+        mark_b = len(c.b.full_log())
+        # The same tunnel, and a new one started from the learned file, reach the backend through B.
+        ok, outcome = through_tunnel_ok(f, timeout=STREAM_END_BOUND_S)
+        assert ok, f"the running tunnel did not fail over to B: {outcome}"
+        f.tunnel.stop()
+        f.tunnel = Tunnel(c.a, "early", c.log_dir)
+        f.tunnel.start()
+        wait_until_flowing(f, 10.0)
+        assert "device connected identity=early" in c.b.full_log()[mark_b:], "the requests did not go through B"
+        # The admin revokes through B with the same file, A first in it and dead.
+        enroll_target = "lost-after-failover"
+        r = c.b.cli("admin", "identity", "create", "--identity", "identities/admin.json", enroll_target,
+                    "--role", "device", "-o", f"identities/{enroll_target}.token")
+        assert r.returncode == 0, r.describe()
+        r = c.b.cli("admin", "identity", "revoke", "--identity", "identities/admin.json", enroll_target)
+        assert r.returncode == 0, f"revoke with the admin file from controller init, A dead\n{r.describe()}"
+    finally:
+        f.tunnel.stop()
+        c.a.restart()
