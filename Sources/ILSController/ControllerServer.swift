@@ -161,6 +161,15 @@ public final class ControllerServer: Service, Sendable {
         )
     }
 
+    /// Reads the whole directory again and enforces the policies if that changed them, as the maintenance pass's
+    /// backstop does (and the store's feed does change by change): gateways linked here get the grants the reload
+    /// changed. For tests whose replicas share a SQLite store, which has no feed.
+    package func reloadDirectory() async throws(ILSError) {
+        let before = PolicyEnforcement.Inputs(controller.state.identities)
+        try await controller.state.identities.reload(from: controller.state.store)
+        PolicyEnforcement(controller: controller, relay: relay, live: live, logger: logger).reloaded(before: before)
+    }
+
     /// Circuits spliced so far, by whether the device's and the gateway's streams shared an event loop.
     package var splices: (sameLoop: Int, crossLoop: Int) { relay.splices }
 

@@ -16,6 +16,17 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     /// Installs the handlers that consume the plaintext, after this one. Runs on the channel's event loop.
     public typealias OnEstablished = @Sendable (any Channel, E2EEstablishedEvent) throws -> Void
 
+    /// What END_STREAM without the device's FINAL record does, asked of the layer above when it happens.
+    public enum UnsealedEnd: Sendable {
+        /// An end of the device's input that is not known to be clean: passed up as `inputClosed`, so a framed
+        /// protocol above decides. HTTP's own framing says whether the request that arrived is whole: a whole one
+        /// is answered, one cut mid-body is refused and its backend request aborted.
+        case endOfInput
+        /// A cut: `E2ECircuitError.truncated` goes up and the circuit closes (raw bytes, whose end nothing else
+        /// can vouch for).
+        case cut
+    }
+
     private enum State {
         case awaitingHello(E2EResponder)
         case awaitingFinished(E2EResponder)
@@ -32,6 +43,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private var handshakeTimer: Scheduled<Void>?
     private let authorize: Authorize
     private let onEstablished: OnEstablished
+    private let unsealedEnd: @Sendable (any Channel) -> UnsealedEnd
     private var batch = RecordBatch()
     private var end = CircuitEnd()
     /// The FINAL record has been sent: the gateway's direction is over.
@@ -44,8 +56,10 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         versions: [any E2EHandshakeVersion] = [E2EHandshake.version],
         authorize: @escaping Authorize,
         onEstablished: @escaping OnEstablished,
-        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout
+        handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout,
+        unsealedEnd: @escaping @Sendable (any Channel) -> UnsealedEnd = { _ in .cut }
     ) {
+        self.unsealedEnd = unsealedEnd
         self.state = .awaitingHello(E2EResponder(credentials: credentials, versions: versions))
         self.handshakeTimeout = handshakeTimeout
         self.authorize = authorize
@@ -91,7 +105,9 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     }
 
     /// END_STREAM from below ends the device's direction. After its FINAL record that is the expected end
-    /// (`inputClosed` has gone up already); without it the request was cut: the proxy core is told with
+    /// (`inputClosed` has gone up already). Without it, the layer above says what it is (`unsealedEnd`): for the
+    /// gateway's HTTP exchanges an end of input whose cleanliness HTTP's framing decides (a whole request is
+    /// answered, deterministically, whatever the timing), for raw bytes a cut: the proxy core is told with
     /// `E2ECircuitError.truncated` and the circuit closes, so what reached the backend is aborted, never completed
     /// by an end of input that looks clean.
     public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -100,6 +116,10 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             return
         }
         if end.reportTruncation() {
+            if unsealedEnd(context.channel) == .endOfInput {
+                context.fireUserInboundEventTriggered(event)
+                return
+            }
             context.fireErrorCaught(E2ECircuitError.truncated)
             end.closing()
             batch.fail(ChannelError.ioOnClosedChannel)

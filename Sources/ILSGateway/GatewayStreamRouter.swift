@@ -358,7 +358,14 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                     position: .after(try pipeline.handler(type: HTTPServerPipelineHandler.self))
                                 )
                             },
-                            handshakeTimeout: shared.context.handshakeTimeout
+                            handshakeTimeout: shared.context.handshakeTimeout,
+                            // While the circuit carries HTTP exchanges (`CircuitCloseHandler` leaves at a 101), the
+                            // device's END_STREAM without FINAL ends its input and HTTP's framing decides: a whole
+                            // request is answered in full, one cut mid-body is refused and its backend request aborted.
+                            unsealedEnd: { channel in
+                                (try? channel.pipeline.syncOperations.handler(type: CircuitCloseHandler.self)) != nil
+                                    ? .endOfInput : .cut
+                            }
                         )
                     )
                 })

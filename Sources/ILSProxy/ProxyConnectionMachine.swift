@@ -90,6 +90,8 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
     private(set) var bodyProgress: NIODeadline
     /// Since when the client connection has not been writable.
     private(set) var stalledSince: NIODeadline?
+    /// The client half-closed (`clientInputClosed`): no further request will come.
+    private(set) var inputEnded = false
     private var backendNeedsFlush = false
     private var clientNeedsFlush = false
 
@@ -213,6 +215,17 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         return .none
     }
 
+    /// The client has nothing more to send: a half-close (through a circuit, the device's FINAL; plain TCP
+    /// connections close instead). Between exchanges the connection ends now, which through a circuit is the
+    /// gateway's FINAL, rather than at the idle timeout; during one it ends after the response, as with
+    /// `Connection: close`.
+    mutating func clientInputClosed(now: NIODeadline) -> Action {
+        inputEnded = true
+        guard case .idle = state else { return .none }
+        state = .closing(since: now)
+        return .close
+    }
+
     mutating func clientInactive() -> Action {
         defer { state = .closed }
         switch state {
@@ -302,7 +315,9 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
             state = .upgrading
             exchange.status = head.status
             return .upgrade(exchange, backend, head)
-        case .finish(let reuseBackend, let closeClient):
+        case .finish(let reuseBackend, let keepAliveEnds):
+            // The client said it has nothing more to send: this answer is the last.
+            let closeClient = keepAliveEnds || inputEnded
             // The end's write flushes; once released, the backend connection no longer reports its read completion.
             clientNeedsFlush = false
             let resumeRead: Bool

@@ -115,6 +115,11 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelWritabilityChanged()
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event { perform(machine.clientInputClosed(now: now)) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         cancelTimer()
         perform(machine.clientInactive())

@@ -289,9 +289,11 @@ public final class TestCluster: @unchecked Sendable {
     }
 
     /// Brings every replica's in-memory directory up to what the shared store holds (identities made through the
-    /// first controller since the replica started): the SQLite store has no change feed to do it.
+    /// first controller since the replica started), and its gateways' grants with it, as a replica's store feed
+    /// would: the SQLite store has no change feed to do it. (A gateway admits a device only if every controller's
+    /// grant holds it.)
     public func syncReplicas() async throws {
-        for replica in replicas { try await replica.state.identities.reload(from: replica.state.store) }
+        for replica in replicas { try await replica.server.reloadDirectory() }
     }
 
     /// Stops the controller and starts a new one on the same port and state directory.

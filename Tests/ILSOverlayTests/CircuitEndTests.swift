@@ -22,6 +22,7 @@ final class EndRecorder: ChannelInboundHandler, Sendable {
         var ended = false
         var errors: [String] = []
         var truncated = false
+        var established = false
     }
 
     let seen = NIOLockedValueBox(Seen())
@@ -39,6 +40,7 @@ final class EndRecorder: ChannelInboundHandler, Sendable {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is E2EEstablishedEvent { seen.withLockedValue { $0.established = true } }
         if case ChannelEvent.inputClosed = event {
             seen.withLockedValue { $0.ended = true }
             // What an app does once the answer is complete.
@@ -102,6 +104,76 @@ struct CircuitEndTests {
             #expect(seen.ended)
             #expect(seen.errors.isEmpty)
         }
+    }
+
+    /// A client written from the docs alone waited the gateway's 60 s idle timeout here. The idle timeout is ten
+    /// minutes in this test: the gateway's FINAL arriving at all (before the hang guard) is the event.
+    @Test("a device that ends first with nothing in flight gets the gateway's FINAL at once, not at its idle timeout")
+    func deviceEndsFirst() async throws {
+        try await withCluster(configureProxy: { $0.clientIdleTimeout = .seconds(600) }) { cluster in
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+            let circuit = try await dialer.dial(service: "claude-api").get()
+            let recorder = EndRecorder(closed: circuit.eventLoop.makePromise())
+            try await circuit.eventLoop.submit {
+                try circuit.pipeline.syncOperations.addHandler(recorder)
+            }.get()
+            // A keep-alive exchange, answered whole; then the device has nothing more to send.
+            try await circuit.writeAndFlush(ByteBuffer(string: "GET /health HTTP/1.1\r\nHost: claude-api\r\n\r\n"))
+            #expect(await TestCluster.eventually { recorder.seen.withLockedValue { $0.bytes.hasSuffix("ok") } })
+            try await circuit.close(mode: .output)
+            #expect(await TestCluster.eventually { !circuit.isActive }, "the circuit is still open")
+            let seen = recorder.seen.withLockedValue { $0 }
+            #expect(seen.ended, "the gateway did not end its side with FINAL")
+            #expect(seen.errors.isEmpty, "\(seen.errors)")
+        }
+    }
+
+    /// A client written from the docs alone, ending its request with END_STREAM and no FINAL, had the answer in full
+    /// 4 times in 12 and cut 8 times, by timing. The rule is now explicit: HTTP's framing decides. The whole request
+    /// is answered, then the gateway ends with FINAL; a request cut mid-body is refused with its backend request
+    /// never completed. (The reviewer's cuts did not reproduce here before the change: this pins the rule, it does
+    /// not replay the race.)
+    @Test("END_STREAM without FINAL after a whole request is answered in full every time; mid-body it is refused")
+    func unsealedEndAfterAWholeRequest() async throws {
+        try await withCluster { cluster in
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+            for _ in 0..<12 {
+                let seen = try await Self.unsealed(
+                    dialer,
+                    "GET /sse?n=4&interval_ms=\(TestTiming.scaled(milliseconds: 20)) HTTP/1.1\r\nHost: claude-api\r\n\r\n"
+                )
+                #expect(seen.bytes.hasPrefix("HTTP/1.1 200"), "\(seen.bytes.prefix(200))")
+                #expect(seen.bytes.components(separatedBy: "data:").count == 5, "\(seen.bytes)")
+                #expect(seen.ended && seen.errors.isEmpty, "\(seen)")
+            }
+            let uploadsBefore = cluster.backend.record.streamsCompleted
+            let cut = try await Self.unsealed(
+                dialer,
+                "POST /upload HTTP/1.1\r\nHost: claude-api\r\nContent-Length: 100\r\n\r\n0123456789"
+            )
+            #expect(!cut.bytes.hasPrefix("HTTP/1.1 200"), "a request cut mid-body was answered as whole: \(cut.bytes)")
+            #expect(cluster.backend.record.streamsCompleted == uploadsBefore)
+        }
+    }
+
+    /// Dials, waits for the end-to-end handshake, then sends `request` and at once ends the device's direction with
+    /// END_STREAM and no FINAL (a close below the end-to-end layer, in the same flush), and waits for the circuit to
+    /// close.
+    static func unsealed(_ dialer: OverlayDialer, _ request: String) async throws -> EndRecorder.Seen {
+        let circuit = try await dialer.dial(service: "claude-api").get()
+        let recorder = EndRecorder(closed: circuit.eventLoop.makePromise())
+        try await circuit.eventLoop.submit {
+            try circuit.pipeline.syncOperations.addHandler(recorder)
+        }.get()
+        #expect(await TestCluster.eventually { recorder.seen.withLockedValue { $0.established } })
+        try await circuit.eventLoop.submit {
+            circuit.write(ByteBuffer(string: request), promise: nil)
+            circuit.flush()
+            let e2e = try circuit.pipeline.syncOperations.context(handlerType: E2EInitiatorHandler.self)
+            e2e.close(mode: .output, promise: nil)
+        }.get()
+        #expect(await TestCluster.eventually { !circuit.isActive }, "the circuit is still open")
+        return recorder.seen.withLockedValue { $0 }
     }
 
     @Test("an answer cut by the backend mid-body reaches the device app as truncated, never as an end")

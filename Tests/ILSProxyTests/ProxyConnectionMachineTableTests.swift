@@ -18,7 +18,7 @@ struct ProxyConnectionMachineTableTests {
 
     enum EventKind: String, CaseIterable {
         case head, body, end, readComplete, read, unwritable, inactive, parseError, leased, leaseFailed
-        case responseHead, responseBody, responseEnd, backendClosed, timer
+        case responseHead, responseBody, responseEnd, backendClosed, timer, inputClosed
     }
 
     /// A machine in `kind`, reached through events only, with its exchange. The request is a POST whose body is still
@@ -92,6 +92,7 @@ struct ProxyConnectionMachineTableTests {
         case .responseEnd: return name(machine.responseEnd(now: later))
         case .backendClosed: return name(machine.backendClosed(invalidResponse: false, now: later))
         case .timer: return name(machine.timerFired(now: later, backendWritable: true))
+        case .inputClosed: return name(machine.clientInputClosed(now: later))
         }
     }
 
@@ -149,6 +150,7 @@ struct ProxyConnectionMachineTableTests {
             "none → idle",  // responseEnd
             "none → idle",  // backendClosed
             "close → idle",  // timer
+            "close → closing",  // inputClosed
         ],
         .awaitingBackend: [
             "close → awaitingBackend",  // head
@@ -166,6 +168,7 @@ struct ProxyConnectionMachineTableTests {
             "none → awaitingBackend",  // responseEnd
             "none → awaitingBackend",  // backendClosed
             "none → awaitingBackend",  // timer
+            "none → awaitingBackend",  // inputClosed
         ],
         .awaitingHead: [
             "close → awaitingHead",  // head
@@ -183,6 +186,7 @@ struct ProxyConnectionMachineTableTests {
             "respond(backend_invalid_response, release) → closing",  // responseEnd
             "respond(backend_reset) → closing",  // backendClosed
             "respond(backend_timeout, release) → closing",  // timer
+            "none → awaitingHead",  // inputClosed
         ],
         .streaming: [
             "close → streaming",  // head
@@ -200,6 +204,7 @@ struct ProxyConnectionMachineTableTests {
             "finish(drop, close, -) → closing",  // responseEnd
             "cut(backend_closed_mid_response) → closing",  // backendClosed
             "none → streaming",  // timer
+            "none → streaming",  // inputClosed
         ],
         .closing: [
             "none → closing",  // head
@@ -217,6 +222,7 @@ struct ProxyConnectionMachineTableTests {
             "none → closing",  // responseEnd
             "none → closing",  // backendClosed
             "close → closing",  // timer
+            "none → closing",  // inputClosed
         ],
         .upgrading: [
             "close → upgrading",  // head
@@ -234,6 +240,7 @@ struct ProxyConnectionMachineTableTests {
             "none → upgrading",  // responseEnd
             "none → upgrading",  // backendClosed
             "none → upgrading",  // timer
+            "none → upgrading",  // inputClosed
         ],
         .closed: [
             "close → closed",  // head
@@ -251,6 +258,7 @@ struct ProxyConnectionMachineTableTests {
             "none → closed",  // responseEnd
             "none → closed",  // backendClosed
             "none → closed",  // timer
+            "none → closed",  // inputClosed
         ],
     ]
 

@@ -230,6 +230,22 @@ struct ProxyConnectionMachineTests {
 
     // MARK: T8–T9: the response ends
 
+    @Test("a client that half-closes mid-exchange gets the rest of the answer, then the connection ends; idle, at once")
+    func inputClosed() {
+        let backend = Backend()
+        let exchange = Self.exchange()
+        var machine = Self.forwarding(exchange, backend: backend)
+        #expect(Self.name(machine.clientInputClosed(now: Self.start)) == "none")
+        #expect(Self.name(machine.responseHead(Self.head(.ok), now: Self.start)) == "writeHead(keep)")
+        // A keep-alive answer, but the client said it sends nothing more: it is the last.
+        #expect(Self.name(machine.responseEnd(now: Self.start)) == "finish(reuse, close, -)")
+        #expect(Self.name(machine.state) == "closing")
+
+        var idle = Machine(timeouts: Self.timeouts, now: Self.start)
+        #expect(Self.name(idle.clientInputClosed(now: Self.start)) == "close")
+        #expect(Self.name(idle.state) == "closing")
+    }
+
     @Test("T8: the response's end finishes the exchange, recycles the backend and idles, passing on a held read")
     func t8() {
         let backend = Backend()
