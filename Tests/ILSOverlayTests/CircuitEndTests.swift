@@ -79,14 +79,20 @@ final class SocketEnd: ChannelInboundHandler, Sendable {
 
 @Suite("How circuits end, through a real controller and gateway", .clusterExclusive)
 struct CircuitEndTests {
-    /// Dials the service as `ipad`, sends `request`, and waits for the circuit to close.
-    static func exchange(_ cluster: TestCluster, _ request: String) async throws -> EndRecorder.Seen {
-        let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+    /// A circuit to the service, with an `EndRecorder` on top.
+    static func open(_ dialer: OverlayDialer) async throws -> (any Channel, EndRecorder) {
         let circuit = try await dialer.dial(service: "claude-api").get()
         let recorder = EndRecorder(closed: circuit.eventLoop.makePromise())
         try await circuit.eventLoop.submit {
             try circuit.pipeline.syncOperations.addHandler(recorder)
         }.get()
+        return (circuit, recorder)
+    }
+
+    /// Dials the service as `ipad`, sends `request`, and waits for the circuit to close.
+    static func exchange(_ cluster: TestCluster, _ request: String) async throws -> EndRecorder.Seen {
+        let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+        let (circuit, recorder) = try await open(dialer)
         try await circuit.writeAndFlush(ByteBuffer(string: request))
         try await recorder.closed.futureResult.get()
         return recorder.seen.withLockedValue { $0 }
@@ -112,11 +118,7 @@ struct CircuitEndTests {
     func deviceEndsFirst() async throws {
         try await withCluster(configureProxy: { $0.clientIdleTimeout = .seconds(600) }) { cluster in
             let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
-            let circuit = try await dialer.dial(service: "claude-api").get()
-            let recorder = EndRecorder(closed: circuit.eventLoop.makePromise())
-            try await circuit.eventLoop.submit {
-                try circuit.pipeline.syncOperations.addHandler(recorder)
-            }.get()
+            let (circuit, recorder) = try await Self.open(dialer)
             // A keep-alive exchange, answered whole; then the device has nothing more to send.
             try await circuit.writeAndFlush(ByteBuffer(string: "GET /health HTTP/1.1\r\nHost: claude-api\r\n\r\n"))
             #expect(await TestCluster.eventually { recorder.seen.withLockedValue { $0.bytes.hasSuffix("ok") } })
@@ -160,11 +162,7 @@ struct CircuitEndTests {
     /// END_STREAM and no FINAL (a close below the end-to-end layer, in the same flush), and waits for the circuit to
     /// close.
     static func unsealed(_ dialer: OverlayDialer, _ request: String) async throws -> EndRecorder.Seen {
-        let circuit = try await dialer.dial(service: "claude-api").get()
-        let recorder = EndRecorder(closed: circuit.eventLoop.makePromise())
-        try await circuit.eventLoop.submit {
-            try circuit.pipeline.syncOperations.addHandler(recorder)
-        }.get()
+        let (circuit, recorder) = try await open(dialer)
         #expect(await TestCluster.eventually { recorder.seen.withLockedValue { $0.established } })
         try await circuit.eventLoop.submit {
             circuit.write(ByteBuffer(string: request), promise: nil)
