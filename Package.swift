@@ -440,7 +440,6 @@ let package = Package(
                 "ILSStorePostgres",
                 "ILSTesting",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -485,6 +484,7 @@ let package = Package(
                 "ILSFabric",
                 "ILSGateway",
                 "ILSProxy",
+                "ILSStorePostgres",
                 "ILSTesting",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),

@@ -1,3 +1,4 @@
+import Dispatch
 public import ILSCore
 package import ILSCrypto
 public import ILSFabric
@@ -92,8 +93,9 @@ public final class OverlayDialer: Sendable {
             current = loaded
             return file
         }
-        guard let learned else { return }
-        learnedHandler.withLockedValue { $0 }?(learned)
+        guard let learned, let handler = learnedHandler.withLockedValue({ $0 }) else { return }
+        // Off the connection's event loop: the handler writes a file or the Keychain.
+        DispatchQueue.global().async { handler(learned) }
     }
 
     private static func load(_ identity: IdentityFile) throws(ILSError) -> Identity {

@@ -6,6 +6,9 @@ import Metrics
 enum ControllerMetrics {
     static let circuitsActive = Meter(label: "ils_circuits_active")
     static let circuitsTotal = Counter(label: "ils_circuits_total")
+    /// Admin writes answered before every gateway's connection took what they pushed (`LiveConnections.delivered`'s
+    /// 2 s bound ran out): a gateway that stopped reading, or a full link.
+    static let pushesUndelivered = Counter(label: "ils_policy_pushes_undelivered_total")
     static let bytesFromDevice = Counter(label: "ils_relay_bytes_total", dimensions: [("direction", "from_device")])
     static let bytesToDevice = Counter(label: "ils_relay_bytes_total", dimensions: [("direction", "to_device")])
     static let dialDuration = Timer(label: "ils_dial_duration_seconds")

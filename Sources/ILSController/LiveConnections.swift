@@ -115,7 +115,10 @@ final class LiveConnections: Sendable {
         let writes = inFlight.withLockedValue { Array($0.writes.values) }
         guard let loop = writes.first?.eventLoop else { return }
         let done = loop.makePromise(of: Void.self)
-        let timeout = loop.scheduleTask(in: Self.deliveryBound) { done.succeed() }
+        let timeout = loop.scheduleTask(in: Self.deliveryBound) {
+            ControllerMetrics.pushesUndelivered.increment()
+            done.succeed()
+        }
         EventLoopFuture.whenAllComplete(writes, on: loop).whenComplete { _ in
             timeout.cancel()
             done.succeed()

@@ -96,11 +96,13 @@ final class DeviceGate: ChannelDuplexHandler, RemovableChannelHandler {
         check(peer, context.eventLoop).assumeIsolated().whenSuccess { [self] result in
             guard case .checking = state, context.channel.isActive else { return }
             switch result {
-            case .allowed(dial: true) where denied != nil:
+            case .allowed(dial: true) where denied != nil && settings.policy.grantedByOthers(peer.id, besides: ""):
                 // The controller's directory is fresher than the grant: this identity was just created, or a policy
                 // just widened, and the grant saying so is on its way. `PolicyLink` added it to the grant in force as
                 // the answer came, so the connection is tracked like any other: a narrowing that followed the answer
                 // ends it, whether it is applied before `track` (which then closes it) or after (`updateGrant` does).
+                // Only if every other controller's grant holds it: the primary's controller may be the one whose
+                // store feed is stalled, and another's narrowed grant must keep the identity out (fails closed).
                 finish(.allow(peer), context: context)
             case .allowed(dial: false) where denied == nil:
                 // A narrowing whose grant has not arrived yet: the controller's answer is the newer one.

@@ -56,9 +56,10 @@ public final class GatewayPolicy: Sendable {
     /// force once every linked replica has heard it (at once normally; after a stalled feed, once its probe replaces
     /// the listening connection, 25 s at most; docs/architecture.md "A narrowing fails closed").
     ///
-    /// A replica's grant is dropped when its last link closes: a replica that is gone must not hold a widening back.
-    /// What it took away while unlinked is taken away when it links again, since every update ends the circuits the
-    /// intersection no longer holds, not only those the updating replica dropped.
+    /// A replica's grant stays while its links are down (it may be the only replica that knows of a narrowing) and
+    /// goes when it leaves the controller list (`forgetRevoked`). What it took away while unlinked is taken away when
+    /// it links again, since every update ends the circuits the intersection no longer holds, not only those the
+    /// updating replica dropped.
     private struct Grants {
         var byController: [String: Set<String>] = [:]
 
@@ -115,6 +116,14 @@ public final class GatewayPolicy: Sendable {
         }
     }
 
+    /// Whether the grant of every linked controller other than `controller` holds `id` (true when there is none):
+    /// HTTP mode admits on its own controller's fresh answer only if the others do not say otherwise.
+    package func grantedByOthers(_ id: String, besides controller: String) -> Bool {
+        grants.withLockedValue { grants in
+            grants.byController.allSatisfy { $0.key == controller || $0.value.contains(id) }
+        }
+    }
+
     /// Identity ids are lowercase UUIDs; anything outside the identity-name rules (1-64 of `A-Za-z0-9._-`) is not
     /// one, and is never stored or logged.
     static func couldBeID(_ id: String) -> Bool {
@@ -128,7 +137,7 @@ public final class GatewayPolicy: Sendable {
         forgetGrant(from: controller)
     }
 
-    /// Drops `controller`'s grant: its last link closed. The block list it sent stays (a block holds until lifted).
+    /// Drops `controller`'s grant (it left the controller list). The block list it sent is `forgetRevoked`'s to drop.
     package func forgetGrant(from controller: String) {
         _ = grants.withLockedValue { $0.byController.removeValue(forKey: controller) }
     }

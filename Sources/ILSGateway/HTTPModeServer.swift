@@ -84,6 +84,12 @@ public final class HTTPModeServer: Service, Sendable {
     /// Whether the policy link is up and bound to the controller (tests).
     package var policyLinkIsBound: Bool { link?.isBound ?? false }
 
+    /// The controllers the policy links go to: the identity file's, then the others the cluster lists (tests).
+    package var policyLinkControllers: [String] { link?.linkedControllers ?? [] }
+
+    /// Whether every policy link is up and bound (tests).
+    package var policyLinksBound: Bool { link?.allBound ?? false }
+
     /// The certificate the bound policy link was dialled with, if it is bound (tests: a renewal's new link).
     package var policyLinkBoundCertificate: String? { link?.boundCertificate }
 

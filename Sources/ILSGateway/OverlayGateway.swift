@@ -1,3 +1,4 @@
+import Dispatch
 public import ILSCore
 import ILSCrypto
 public import ILSFabric
@@ -294,7 +295,9 @@ public final class OverlayGateway: Service, Sendable {
         // Kept in the identity file too: after a restart, the gateway links to replicas that joined since enrollment
         // even while the file's own controller is down.
         if let path = keeper?.path {
-            IdentityFileIO.learn(pushed, path: path, certificate: identity.withLockedValue { $0.file.certificate })
+            let certificate = identity.withLockedValue { $0.file.certificate }
+            // Off the link's event loop: a file write and fsync.
+            DispatchQueue.global().async { IdentityFileIO.learn(pushed, path: path, certificate: certificate) }
         }
         startMissingLinks()
     }
@@ -337,8 +340,8 @@ public final class OverlayGateway: Service, Sendable {
                 // Either the link closes, or a renewal asks this slot to link again while the old link drains.
                 channel.closeFuture.whenComplete { _ in rotation.succeed() }
                 try? await rotation.futureResult.get()
-                let (rotated, outcome, lastLink, controllerGone, redial) = links.withLockedValue {
-                    links -> (Bool, LinkOutcome?, Bool, Bool, Bool?) in
+                let (rotated, outcome, lastLink, redial) = links.withLockedValue {
+                    links -> (Bool, LinkOutcome?, Bool, Bool?) in
                     let rotated = links.channels[key].map { $0 !== channel } ?? true
                     if !rotated {
                         links.channels[key] = nil
@@ -346,15 +349,13 @@ public final class OverlayGateway: Service, Sendable {
                     }
                     return (
                         rotated, links.outcomes.removeValue(forKey: key), links.channels.isEmpty,
-                        !links.channels.keys.contains { $0.controller == key.controller },
                         links.redial.removeValue(forKey: key)
                     )
                 }
                 recordLinks()
                 if rotated { continue }  // dial again now, with the renewed certificate
-                // Its grant goes with its last link (`GatewayPolicy.Grants`): a replica that is gone must not hold back
-                // a widening the linked ones sent. Its next binding answer carries a grant again.
-                if controllerGone { policy.forgetGrant(from: key.controller.description) }
+                // The replica's grant stays while its links are down (`GatewayPolicy.Grants`): it may be the one that
+                // made a narrowing the others have not heard of. It goes when the replica leaves the list.
                 if lastLink { policy.connectionLost() }
                 if self.stopped { break }
                 switch outcome {

@@ -81,6 +81,17 @@ final class PolicyLink: Sendable {
     private let logger: Logger
     private let eventLoop: any EventLoop
     private let state = NIOLockedValueBox(State())
+    /// The key of this link's controller in `GatewayPolicy` (its grant and block list): empty for the identity file's
+    /// controller (the primary link, which also checks certificates and renews), the address for the others.
+    private let key: String
+    /// A link to another controller of the cluster, for its grant and block list only (`Secondaries`).
+    private let isSecondary: Bool
+    /// The primary's links to the other controllers the cluster lists, by address; none once stopped.
+    private struct Secondaries {
+        var links: [ControllerAddress: (link: PolicyLink, task: Task<Void, Never>)] = [:]
+        var stopped = false
+    }
+    private let secondaries = NIOLockedValueBox(Secondaries())
 
     init(
         identity: IdentityFile,
@@ -92,7 +103,8 @@ final class PolicyLink: Sendable {
         now: @escaping @Sendable () -> Date = { Date() },
         grace: TimeAmount,
         keepalive: FabricKeepalive = .standard,
-        logger: Logger
+        logger: Logger,
+        secondaryAddress: ControllerAddress? = nil
     ) throws(ILSError) {
         guard identity.identity.role == .gateway else {
             throw ILSError(
@@ -102,11 +114,14 @@ final class PolicyLink: Sendable {
             )
         }
         self.identity = NIOLockedValueBox(
-            (identity, try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN))
+            (identity, try Self.connector(identity, secondaryAddress))
         )
-        self.keeper = identityPath.map {
-            IdentityKeeper(path: $0, current: identity, renewalCheck: renewalCheck, now: now)
-        }
+        self.key = secondaryAddress?.description ?? ""
+        self.isSecondary = secondaryAddress != nil
+        self.keeper =
+            secondaryAddress == nil
+            ? identityPath.map { IdentityKeeper(path: $0, current: identity, renewalCheck: renewalCheck, now: now) }
+            : nil
         self.recheckInterval = recheckInterval
         self.service = service
         self.policy = policy
@@ -135,8 +150,29 @@ final class PolicyLink: Sendable {
 
     private var stopped: Bool { state.withLockedValue { $0.stopped } }
 
+    private static func connector(_ identity: IdentityFile, _ address: ControllerAddress?) throws(ILSError)
+        -> FabricConnector
+    {
+        guard let address else { return try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN) }
+        return try FabricConnector(identity: identity, alpn: FabricProtocol.hostALPN, address: address)
+    }
+
+    /// The controllers this gateway has a policy link to now: the primary's and those of its secondary links (tests).
+    var linkedControllers: [String] {
+        [connector.address.description] + secondaries.withLockedValue { $0.links.keys.map(\.description) }.sorted()
+    }
+
+    /// Whether this link is up and bound to its controller, and every secondary link too (tests).
+    var allBound: Bool {
+        isBound && secondaries.withLockedValue { Array($0.links.values) }.allSatisfy { $0.link.isBound }
+    }
+
     /// Keeps the link up until `stop`, and the gateway's certificate renewed.
     func run() async {
+        if isSecondary {
+            await connectLoop()
+            return
+        }
         await withDiscardingTaskGroup { group in
             if let keeper = self.keeper {
                 group.addTask { await keeper.run { self.adopt($0) } }
@@ -221,7 +257,68 @@ final class PolicyLink: Sendable {
             metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"]
         )
         state.withLockedValue { $0.channel }?.close(promise: nil)
+        for (address, secondary) in secondaries.withLockedValue({ $0.links }) {
+            secondary.link.use(renewed, address: address)
+        }
         return true
+    }
+
+    /// A secondary link moves to the primary's renewed certificate: it links again with it.
+    private func use(_ file: IdentityFile, address: ControllerAddress) {
+        guard let connector = try? Self.connector(file, address) else { return }
+        identity.withLockedValue { $0 = (file, connector) }
+        state.withLockedValue { $0.channel }?.close(promise: nil)
+    }
+
+    /// The controller list the primary's controller sent: a link to each other controller, for its grant and block
+    /// list (`GatewayPolicy` admits only an identity every linked controller's grant holds, so a narrowing made
+    /// through another controller applies here even when the primary's controller has not heard of it: its store
+    /// feed stalled). A controller that left the list loses its link, and its grant and block list with it.
+    private func controllersListed(_ list: [String]) {
+        let own = connector.address
+        let wanted = Set(ControllerAddress.replicas(list).filter { $0 != own })
+        let file = identity.withLockedValue { $0.file }
+        var started: [(ControllerAddress, PolicyLink)] = []
+        let gone = secondaries.withLockedValue { all -> [(ControllerAddress, PolicyLink, Task<Void, Never>)] in
+            // After `stop` (a message read while it ran), no link is started that nothing would stop.
+            guard !all.stopped else { return [] }
+            let gone = all.links.filter { !wanted.contains($0.key) }.map { ($0.key, $0.value.link, $0.value.task) }
+            for (address, _, _) in gone { all.links[address] = nil }
+            for address in wanted where all.links[address] == nil {
+                guard
+                    let link = try? PolicyLink(
+                        identity: file,
+                        service: service,
+                        policy: policy,
+                        recheckInterval: recheckInterval,
+                        grace: grace,
+                        keepalive: keepalive,
+                        logger: logger,
+                        secondaryAddress: address
+                    )
+                else { continue }
+                all.links[address] = (link, Task { await link.run() })
+                started.append((address, link))
+            }
+            return gone
+        }
+        for (address, link, task) in gone {
+            link.stop()
+            task.cancel()
+            policy.forgetRevoked(from: address.description)
+        }
+        if let path = keeper?.path, !started.isEmpty || !gone.isEmpty {
+            // Kept in the identity file too, off the link's event loop (a file write and fsync).
+            let certificate = file.certificate
+            let listed = ControllerAddress.replicas(list)
+            DispatchQueue.global().async { IdentityFileIO.learn(listed, path: path, certificate: certificate) }
+        }
+        if !started.isEmpty || !gone.isEmpty {
+            logger.info(
+                "policy links to the cluster's other controllers",
+                metadata: ["controllers": "\(wanted.map(\.description).sorted())"]
+            )
+        }
     }
 
     private func connectLoop() async {
@@ -249,7 +346,7 @@ final class PolicyLink: Sendable {
                     return (state.outcome, state.checks.values.map(\.promise))
                 }
                 for promise in unanswered { promise.succeed(.unavailable) }
-                GatewayMetrics.connected.record(0)
+                if !isSecondary { GatewayMetrics.connected.record(0) }
                 linkLost()
                 if self.stopped { break }
                 switch outcome {
@@ -285,6 +382,17 @@ final class PolicyLink: Sendable {
         }
         timer?.cancel()
         channel?.close(promise: nil)
+        let links = secondaries.withLockedValue { all in
+            defer {
+                all.links = [:]
+                all.stopped = true
+            }
+            return Array(all.links.values)
+        }
+        for secondary in links {
+            secondary.link.stop()
+            secondary.task.cancel()
+        }
     }
 
     /// Asks the controller whether `peer`'s certificate is its identity's current one and the identity active. The
@@ -323,7 +431,7 @@ final class PolicyLink: Sendable {
     private func answer(_ verdict: CertificateVerdict) {
         guard let (promise, identityID) = state.withLockedValue({ $0.checks.removeValue(forKey: verdict.verdict) })
         else { return }
-        if verdict.allowed, verdict.dial == true { policy.admitFromVerdict(identityID) }
+        if verdict.allowed, verdict.dial == true { policy.admitFromVerdict(identityID, from: key) }
         promise.succeed(
             verdict.allowed
                 ? .allowed(dial: verdict.dial)
@@ -346,6 +454,9 @@ final class PolicyLink: Sendable {
 
     /// The link is gone: the dial policy stays in force for `grace`, unless the link is bound again before.
     private func linkLost() {
+        // A secondary link's controller keeps its grant and blocks while it is unreachable (it may be the one that
+        // made a narrowing the others have not heard of); they go when it leaves the controller list.
+        if isSecondary { return }
         guard !stopped, policy.isKnown else { return }
         let grace = self.grace
         let timer = eventLoop.scheduleTask(in: grace) { [policy, logger] in
@@ -364,9 +475,12 @@ final class PolicyLink: Sendable {
 
     private func apply(_ message: HostControlMessage, connection: (any Channel)?) {
         if let blocked = message.blocked {
-            policy.updateRevoked(blocked)
+            policy.updateRevoked(blocked, from: key)
         }
-        if let grant = message.dialGrant, !policy.updateGrant(grant, hosted: service) {
+        if let list = message.controllers, !isSecondary {
+            controllersListed(list)
+        }
+        if let grant = message.dialGrant, !policy.updateGrant(grant, from: key, hosted: service) {
             logger.warning(
                 "the controller sent a dial grant this gateway cannot apply; the previous one stays in force"
             )
@@ -382,7 +496,7 @@ final class PolicyLink: Sendable {
                 return state.graceTimer
             }
             timer?.cancel()
-            GatewayMetrics.connected.record(1)
+            if !isSecondary { GatewayMetrics.connected.record(1) }
             logger.info(
                 "policy link up: the controller's policy and revocations apply",
                 metadata: ["controller": "\(connector.address)", "service": "\(service)"]

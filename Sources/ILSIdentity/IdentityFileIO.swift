@@ -2,11 +2,51 @@ public import Foundation
 public import ILSCore
 import ILSCrypto
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Reading and writing identity files: written with mode 0600 and atomically (`SecureFile`), never over an existing
 /// file unless asked.
 public enum IdentityFileIO {
+    /// Replacing a file is done under the identity directory's lock (`locked`): a renewal's write and a controller
+    /// list being learned (`learn`) never undo each other.
     public static func write(_ file: IdentityFile, to path: String, overwrite: Bool) throws(ILSError) {
-        try SecureFile.write(try encode(file), to: path, overwrite: overwrite)
+        guard overwrite else {
+            try SecureFile.write(try encode(file), to: path, overwrite: false)
+            return
+        }
+        let data = try encode(file)
+        var failure: ILSError?
+        locked(path) {
+            do throws(ILSError) {
+                try SecureFile.write(data, to: path, overwrite: true)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Runs `body` holding an exclusive `flock` on the directory that holds `path`, so read-compare-write sequences on
+    /// identity files there are atomic across threads and processes (`ils-gateway renew` from a timer, a running
+    /// tunnel learning the cluster). The directory, not a lock file beside the identity: nothing extra is left in
+    /// `identities/`. A directory that cannot be opened or locked runs `body` unlocked (as before this lock existed).
+    static func locked(_ path: String, _ body: () -> Void) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY)
+        guard descriptor >= 0 else {
+            body()
+            return
+        }
+        defer { close(descriptor) }
+        let held = flock(descriptor, LOCK_EX) == 0
+        body()
+        if held { _ = flock(descriptor, LOCK_UN) }
     }
 
     /// The file's bytes as `write` stores them; enrollment writes them into a file it reserved before spending the
@@ -23,11 +63,21 @@ public enum IdentityFileIO {
     /// first and written (atomically, 0600) only if it still holds `certificate` (a renewal elsewhere may have
     /// replaced it, and its own answer carried the list) and the list changed. Returns whether it wrote; never
     /// throws: learning the list must not fail what the identity was used for.
+    /// A file owned by another user (a `sudo ils-gateway admin …` on a service's file) is left alone: replacing it
+    /// would hand it to this user, and the service could no longer read it.
     @discardableResult
     public static func learn(_ announced: [ControllerAddress], path: String, certificate: String) -> Bool {
-        guard let file = try? read(path), file.certificate == certificate, let learned = file.learning(announced)
+        guard let owner = (try? FileManager.default.attributesOfItem(atPath: path))?[.ownerAccountID] as? NSNumber,
+            owner.uint32Value == UInt32(geteuid())
         else { return false }
-        return (try? write(learned, to: path, overwrite: true)) != nil
+        var wrote = false
+        locked(path) {
+            guard let file = try? read(path), file.certificate == certificate, let learned = file.learning(announced),
+                let data = try? encode(learned)
+            else { return }
+            wrote = (try? SecureFile.write(data, to: path, overwrite: true)) != nil
+        }
+        return wrote
     }
 
     public static func read(_ path: String) throws(ILSError) -> IdentityFile {

@@ -311,6 +311,11 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
     mutating func responseEnd(now: NIODeadline) -> Action {
         guard case .forwarding(let exchange, let backend) = state else { return .none }
         switch exchange.machine.responseEnded() {
+        case .upgrade where inputEnded:
+            // The client's end came before the switch: there is nothing to carry its bytes, and the backend would
+            // never learn that end through the glue. A cut, as an unsealed end after a 101 is.
+            state = .closing(since: now)
+            return .cut(exchange, outcome: "client_closed", release: backend)
         case .upgrade(let head):
             state = .upgrading
             exchange.status = head.status

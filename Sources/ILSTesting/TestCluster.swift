@@ -142,6 +142,32 @@ public final class TestCluster: @unchecked Sendable {
         return client
     }
 
+    /// The admin client speaking to `controller` only (a replica): the admin file pointed at it, with no list.
+    public func admin(through controller: ControllerAddress) throws -> ControllerClient {
+        var file = try IdentityFileIO.read("\(directory)/identities/admin.json")
+        file.controller = controller.description
+        file.controllers = []
+        var client = try ControllerClient(identityFile: file)
+        client.timeout = TestTiming.scaled(client.timeout)
+        return client
+    }
+
+    /// Waits until replica `index`'s directory holds `attributes` for `identity` and `dial` as the dial policy of
+    /// `service`: it heard what was written through another controller. Returns whether it did.
+    public func replicaHeard(
+        _ index: Int = 0,
+        identity: String,
+        attributes: [String],
+        service: String = "claude-api",
+        dial: String
+    ) async -> Bool {
+        let state = replicas[index].state
+        return await Self.eventually {
+            state.identities.identity(named: identity)?.attributes == attributes
+                && state.identities.service(named: service)?.dial.description == dial
+        }
+    }
+
     /// Creates and enrolls an identity through the admin API and the real enrollment client.
     public func enroll(_ name: String, role: IdentityRole, attributes: [String] = []) async throws -> IdentityFile {
         let admin = try admin()

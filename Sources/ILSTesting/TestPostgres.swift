@@ -144,6 +144,19 @@ public final class TestPostgres: Sendable {
         )
     }
 
+    /// The server processes of `database` that hold a `LISTEN` (a controller store's change feed), by pid.
+    public func listeningProcesses(database: String) throws -> [Int32] {
+        try psql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            database: database
+        ).split(separator: "\n").compactMap { Int32($0) }
+    }
+
+    /// The database name in a URL `createDatabase` made.
+    public static func databaseName(_ url: String) -> String {
+        String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+    }
+
     /// Sends `signal` to one of the server's processes (a backend's pid from `pg_stat_activity`): `SIGSTOP` makes
     /// that one connection go silent, as a NAT that forgets a flow would, while the server goes on answering others.
     public func signal(_ signal: Int32, process pid: Int32) throws {

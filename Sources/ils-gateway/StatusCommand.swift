@@ -69,7 +69,8 @@ struct StatusCommand: AsyncParsableCommand {
         )
         var failure: ILSError?
         do {
-            let client = try ControllerClient(path: path)
+            // Read-only: `status` never rewrites the file (it may be run with sudo on a service's file).
+            let client = try ControllerClient(identityFile: file)
             let record: IdentityRecord = try await client.call(.GET, "/v1/whoami")
             report.controllerReachable = true
             report.accepted = true

@@ -1,6 +1,11 @@
 import Foundation
+import ILSClient
 import ILSCore
 import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite("The identity file's controller list")
 struct IdentityFileReplicaTests {
@@ -55,5 +60,34 @@ struct IdentityFileReplicaTests {
     func listCapped() {
         let many = (1...100).map { "https://h\($0).example:8443" }
         #expect(Self.file(controllers: many).controllerAddresses.count == ControllerAddress.maximumReplicas)
+    }
+
+    @Test(
+        "a learned list is written only into a file that still holds the certificate used, and one this user owns"
+    )
+    func learningWritesOnlyWhatIsSafe() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ils-learn-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = "\(directory)/device.json"
+        let file = Self.file()
+        try IdentityFileIO.write(file, to: path, overwrite: false)
+        let cluster = ControllerAddress.replicas(["https://a:8443", "https://b:8443"])
+        // Renewed elsewhere meanwhile: the certificate in the file is not the one this process used.
+        #expect(!IdentityFileIO.learn(cluster, path: path, certificate: "another certificate"))
+        #expect(try IdentityFileIO.read(path).controllers.isEmpty)
+        #expect(IdentityFileIO.learn(cluster, path: path, certificate: file.certificate))
+        #expect(try IdentityFileIO.read(path).controllers == cluster.map(\.description))
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber
+        #expect(mode?.intValue == 0o600)
+        // The same list again writes nothing.
+        #expect(!IdentityFileIO.learn(cluster.reversed(), path: path, certificate: file.certificate))
+        // A file of another user (the machine's service account) is left alone.
+        if getuid() == 0 {
+            #expect(chown(path, 65_534, 65_534) == 0)
+            #expect(!IdentityFileIO.learn([cluster[0]], path: path, certificate: file.certificate))
+            let owner = try FileManager.default.attributesOfItem(atPath: path)[.ownerAccountID] as? NSNumber
+            #expect(owner?.intValue == 65_534)
+        }
     }
 }

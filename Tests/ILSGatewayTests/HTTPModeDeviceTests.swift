@@ -3,6 +3,8 @@ import ILSClient
 import ILSCore
 import ILSGateway
 import ILSProxy
+import ILSStore
+import ILSStorePostgres
 import ILSTesting
 import Logging
 import NIOConcurrencyHelpers
@@ -19,11 +21,13 @@ struct HTTPModeDeviceFixture {
     let port: Int
     let pki: TestPKI
 
+    /// `store` makes the controller's store (PostgreSQL for the tests of several controllers), else SQLite.
     static func with(
+        store: (@Sendable () async throws -> any ControllerStore)? = nil,
         configure: (inout HTTPModeConfiguration) -> Void = { _ in },
         _ body: (HTTPModeDeviceFixture) async throws -> Void
     ) async throws {
-        let cluster = try await TestCluster.start(gateways: 0)
+        let cluster = try await TestCluster.start(gateways: 0, store: store)
         let backend = try await TestBackend.start()
         let pki = try TestPKI()
         let gatewayIdentity = try await cluster.enroll("web", role: .gateway)
@@ -426,6 +430,88 @@ struct HTTPModeDeviceTests {
             let back = try await fixture.connect(as: laptop)
             try await back.sendRequest("GET", "/health")
             #expect(try await back.readHead().status == 200)
+        }
+    }
+
+    /// Issue 37, item 2, in HTTP mode: the gateway's policy link goes to the identity file's controller (A), which
+    /// answers each connection's certificate check from its own directory. With A's store feed stalled, A keeps
+    /// answering "may dial" after a narrowing made through B; the policy link to B (learned from A's controller list)
+    /// carries B's narrowed grant, and the gateway admits only what every controller's grant holds.
+    @Test(
+        "with the first controller's feed stalled, a narrowing through the second keeps the device out of an HTTP-mode gateway linked to the first"
+    )
+    func narrowingThroughAnotherControllerFailsClosed() async throws {
+        let server = try TestPostgres.shared()
+        let url = try server.createDatabase()
+        let database = TestPostgres.databaseName(url)
+        try await HTTPModeDeviceFixture.with(store: {
+            // A's feed is never replaced during the test (its probe would notice the stall after ten minutes).
+            try await PostgresControllerStore(
+                url: url,
+                logger: Logger(label: "store", factory: { _ in SwiftLogNoOpLogHandler() }),
+                feedProbe: ChangeFeedProbe(interval: .seconds(600), bound: .seconds(10))
+            )
+        }) { fixture in
+            let cluster = fixture.cluster
+            let listenersOfA = try server.listeningProcesses(database: database)
+            try #require(listenersOfA.count == 1, "A listens on one connection: \(listenersOfA)")
+            let b = try await cluster.startReplica(
+                store: try await PostgresControllerStore(
+                    url: url,
+                    logger: Logger(label: "store", factory: { _ in SwiftLogNoOpLogHandler() })
+                )
+            )
+            // The gateway's file names A only: it learns B from A's controller list and links to it too.
+            #expect(
+                await TestCluster.eventually {
+                    fixture.server.policyLinkControllers.contains(b.description) && fixture.server.policyLinksBound
+                }
+            )
+            let tablet = try await cluster.enroll("tablet", role: .device, attributes: ["team"])
+            let admin = try cluster.admin()
+            let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
+            let _: ControllerAPI.ServiceInfo = try await admin.call(
+                .PUT,
+                "/v1/admin/services/claude-api",
+                body: ControllerAPI.ServiceRequest(
+                    dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#team"]),
+                    revision: current.revision
+                )
+            )
+            #expect(await cluster.replicaHeard(identity: "tablet", attributes: ["team"], dial: "anyOf(#team)"))
+            try server.signal(SIGSTOP, process: listenersOfA[0])
+            defer { try? server.signal(SIGCONT, process: listenersOfA[0]) }
+
+            let probes = NumberedProbes { number in
+                do {
+                    let connection = try await fixture.connect(as: tablet)
+                    defer { Task { await connection.close() } }
+                    try await connection.sendRequest("GET", "/health?probe=tablet-\(number)")
+                    return try await connection.readHead().status == 200
+                } catch {
+                    return false
+                }
+            }
+            let probing = Task { await probes.run() }
+            #expect(await TestCluster.eventually { probes.admitted > 0 }, "the device never got in before the change")
+            let _: IdentityRecord = try await cluster.admin(through: b).call(
+                .PUT,
+                "/v1/admin/identities/tablet/attributes",
+                body: ControllerAPI.AttributesRequest(attributes: [])
+            )
+            let fence = probes.fence()
+            #expect(await TestCluster.eventually { probes.finished(after: fence) >= 20 })
+            probing.cancel()
+            _ = await probing.value
+            let late = probes.admittedNumbers.filter { $0 >= fence }
+            #expect(late.isEmpty, "probes \(late), sent after the narrowing returned, were admitted")
+            let reached = fixture.backend.record.targets.compactMap { target -> Int? in
+                guard target.hasPrefix("/health?probe=tablet-") else { return nil }
+                return Int(target.dropFirst("/health?probe=tablet-".count))
+            }
+            #expect(!reached.contains { $0 >= fence }, "the backend saw probes from #\(fence) on")
+            // A never heard of the narrowing: its own answer still says the tablet may dial.
+            #expect(cluster.state.identities.identity(named: "tablet")?.attributes == ["team"])
         }
     }
 }

@@ -244,6 +244,14 @@ struct ProxyConnectionMachineTests {
         var idle = Machine(timeouts: Self.timeouts, now: Self.start)
         #expect(Self.name(idle.clientInputClosed(now: Self.start)) == "close")
         #expect(Self.name(idle.state) == "closing")
+
+        // An upgrade whose client ended before the 101: nothing would carry that end to the backend. A cut.
+        let upgrade = Self.exchange(upgrade: true)
+        var switching = Self.forwarding(upgrade)
+        _ = switching.clientInputClosed(now: Self.start)
+        _ = switching.responseHead(Self.head(.switchingProtocols), now: Self.start)
+        #expect(Self.name(switching.responseEnd(now: Self.start)) == "cut(client_closed, release)")
+        #expect(Self.name(switching.state) == "closing")
     }
 
     @Test("T8: the response's end finishes the exchange, recycles the backend and idles, passing on a held read")

@@ -6,7 +6,6 @@ import ILSCrypto
 import ILSStore
 import ILSStorePostgres
 import ILSTesting
-import NIOConcurrencyHelpers
 import Testing
 
 /// Two controllers on one PostgreSQL, a gateway linked to both, devices on either: what several controllers must
@@ -96,7 +95,7 @@ struct ClusterOnPostgresTests {
     func narrowingFailsClosedUnderAStalledFeed() async throws {
         let server = try TestPostgres.shared()
         let url = try server.createDatabase()
-        let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        let database = TestPostgres.databaseName(url)
         // A's feed is never replaced during the test: its probe would notice the stall only after ten minutes, so A's
         // directory stays as it was when the feed stopped (checked at the end).
         let cluster = try await TestCluster.start(gateways: 1) {
@@ -106,27 +105,16 @@ struct ClusterOnPostgresTests {
                 feedProbe: ChangeFeedProbe(interval: .seconds(600), bound: .seconds(10))
             )
         }
-        let listening = {
-            try server.psql(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-                database: database
-            ).split(separator: "\n").compactMap { Int32($0) }
-        }
-        let listenersOfA = try listening()
+        let listenersOfA = try server.listeningProcesses(database: database)
         try #require(listenersOfA.count == 1, "A listens on one connection: \(listenersOfA)")
         // B has a store object, pool and feed of its own, as a replica in another process has.
         let replica = try await cluster.startReplica(
             store: try await PostgresControllerStore(url: url, logger: StoreKind.logger)
         )
-        let replicaState = cluster.replicas[0].state
         #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(replica) })
 
         let adminA = try cluster.admin()
-        var adminFileB = try IdentityFileIO.read("\(cluster.directory)/identities/admin.json")
-        adminFileB.controller = replica.description
-        adminFileB.controllers = []
-        var adminB = try ControllerClient(identityFile: adminFileB)
-        adminB.timeout = TestTiming.scaled(adminB.timeout)
+        let adminB = try cluster.admin(through: replica)
         try await Self.setDial(["#team"], through: adminA)
         // Two devices pinned to A: one loses its attribute, the other the policy that let it in.
         var tunnels: [String: Int] = [:]
@@ -137,18 +125,13 @@ struct ClusterOnPostgresTests {
             tunnels[name] = try await cluster.startTunnel(identity: file)
         }
         // B heard all of it through its own feed before A's stops.
-        #expect(
-            await TestCluster.eventually {
-                replicaState.identities.identity(named: "laptop")?.attributes == ["team"]
-                    && replicaState.identities.service(named: "claude-api")?.dial.description == "anyOf(#team)"
-            }
-        )
+        #expect(await cluster.replicaHeard(identity: "laptop", attributes: ["team"], dial: "anyOf(#team)"))
         try server.signal(SIGSTOP, process: listenersOfA[0])
         defer { try? server.signal(SIGCONT, process: listenersOfA[0]) }
 
         let backend = cluster.backend.record
         for (device, narrowing) in [("tablet", "attribute"), ("laptop", "policy")] {
-            let probes = Probes(port: tunnels[device] ?? 0, tag: device)
+            let probes = Self.probes(port: tunnels[device] ?? 0, tag: device)
             let probing = Task { await probes.run() }
             // The device gets in through A before the change: the probes are real.
             #expect(await TestCluster.eventually { probes.admitted > 0 })
@@ -163,7 +146,7 @@ struct ClusterOnPostgresTests {
             }
             // Every probe numbered from here on was sent after the command returned.
             let fence = probes.fence()
-            #expect(await TestCluster.eventually { probes.finishedAfter(fence) >= 30 })
+            #expect(await TestCluster.eventually { probes.finished(after: fence) >= 30 })
             probing.cancel()
             _ = await probing.value
             let late = probes.admittedNumbers.filter { $0 >= fence }
@@ -174,6 +157,16 @@ struct ClusterOnPostgresTests {
             }
             #expect(!reached.contains { $0 >= fence }, "the backend saw \(device)'s probes from #\(fence) on")
         }
+        // B goes away: its narrowed grant stays in force at the gateway (B may be the only controller that knows of
+        // the narrowing); A's stale grant alone would let the tablet in again.
+        await cluster.replicas[0].server.shutdown()
+        #expect(await TestCluster.eventually { !cluster.gateways[0].linkedControllers.contains(replica) })
+        let after = Self.probes(port: tunnels["tablet"] ?? 0, tag: "after")
+        let probing = Task { await after.run() }
+        #expect(await TestCluster.eventually { after.finished(after: 0) >= 10 })
+        probing.cancel()
+        _ = await probing.value
+        #expect(after.admitted == 0, "with B gone, A's stale grant let the tablet in \(after.admitted) times")
         // A's feed was stalled throughout: its own directory never heard either narrowing.
         #expect(cluster.state.identities.identity(named: "tablet")?.attributes == ["team"])
         #expect(cluster.state.identities.service(named: "claude-api")?.dial.description == "anyOf(#team)")
@@ -193,44 +186,10 @@ struct ClusterOnPostgresTests {
         )
     }
 
-    /// Requests through one tunnel, one after another, each on a new connection (so a new circuit), numbered in the
-    /// target (`/health?probe=<tag>-<n>`), until cancelled.
-    private final class Probes: Sendable {
-        private struct State {
-            var next = 0
-            var admitted: [Int] = []
-            var finished: [Int] = []
-        }
-        private let state = NIOLockedValueBox(State())
-        let port: Int
-        let tag: String
-
-        init(port: Int, tag: String) {
-            self.port = port
-            self.tag = tag
-        }
-
-        var admitted: Int { state.withLockedValue { $0.admitted.count } }
-        var admittedNumbers: [Int] { state.withLockedValue { $0.admitted } }
-        /// The number the next probe will carry: every probe from it on is sent after this call.
-        func fence() -> Int { state.withLockedValue { $0.next } }
-        func finishedAfter(_ fence: Int) -> Int { state.withLockedValue { $0.finished.filter { $0 >= fence }.count } }
-
-        func run() async {
-            while !Task.isCancelled {
-                let number = state.withLockedValue { state -> Int in
-                    defer { state.next += 1 }
-                    return state.next
-                }
-                let ok = await probe(number)
-                state.withLockedValue {
-                    if ok { $0.admitted.append(number) }
-                    $0.finished.append(number)
-                }
-            }
-        }
-
-        private func probe(_ number: Int) async -> Bool {
+    /// Probes through one tunnel: each a request on a new connection (so a new circuit), numbered in the target
+    /// (`/health?probe=<tag>-<n>`), admitted when the backend answered 200.
+    private static func probes(port: Int, tag: String) -> NumberedProbes {
+        NumberedProbes { number in
             do {
                 let connection = try await TestHTTPConnection(port: port)
                 defer { Task { await connection.close() } }

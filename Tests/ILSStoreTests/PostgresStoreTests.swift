@@ -147,19 +147,14 @@ struct PostgresStoreTests {
     func silentFeed() async throws {
         let server = try TestPostgres.shared()
         let url = try server.createDatabase()
-        let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        let database = TestPostgres.databaseName(url)
         // Probes every half second here; a minute's time limit stands for "never" without them.
         let probe = ChangeFeedProbe(interval: .milliseconds(500), bound: .milliseconds(500))
         let store = try await PostgresControllerStore(url: url, logger: StoreKind.logger, feedProbe: probe)
         let other = try await PostgresControllerStore(url: url, logger: StoreKind.logger)
         var feed = store.changes().makeAsyncIterator()
         await Self.warmUp(&feed, writer: other)
-        let listening = {
-            try server.psql(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-                database: database
-            ).split(separator: "\n").compactMap { Int32($0) }
-        }
+        let listening = { try server.listeningProcesses(database: database) }
         let listeners = try listening()
         try #require(listeners.count == 1, "one listening connection: \(listeners)")
         // The listening connection's server process stops: its socket stays open and nothing it should send arrives.
