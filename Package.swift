@@ -527,6 +527,7 @@ let package = Package(
                 "ILSSplice",
                 "ILSProxy",
                 "ILSTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -52,12 +52,13 @@ public struct E2EDirectionKeys {
 /// - keys: `HKDF-SHA256(ikm = X25519 shared secret, salt = transcript, info = "ils-e2e-v3 initiator" or
 ///   "ils-e2e-v3 responder", L = 32)`, one per sending side. The salt binds both keys to the whole transcript (both
 ///   certificates, both ephemeral keys, both nonces, the service and the suites), which both ends sign;
-/// - records: suite 3, AES-256-GCM with its iv and key changes derived by HKDF (`E2ESuite.aes256gcmHKDF`).
+/// - records: suite 4 (suite 3's records plus CANCEL, `E2ESuite.aes256gcmHKDFCancel`), or suite 3, AES-256-GCM with
+///   its iv and key changes derived by HKDF (`E2ESuite.aes256gcmHKDF`), for a gateway of an earlier release.
 public struct E2EHandshakeV3: E2EHandshakeVersion {
     public init() {}
 
     public var number: UInt8 { 3 }
-    public var suites: [E2ESuite] { [.aes256gcmHKDF] }
+    public var suites: [E2ESuite] { [.aes256gcmHKDFCancel, .aes256gcmHKDF] }
 
     public func transcript(_ parts: [[UInt8]]) -> [UInt8] {
         Array(SHA256.hash(data: E2EHandshake.transcriptInput(version: number, parts)))
@@ -85,22 +86,22 @@ public struct E2EHandshakeV3: E2EHandshakeVersion {
     }
 
     public func sender(suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64) -> E2ERecordSender {
-        precondition(suite == .aes256gcmHKDF, "version 3 agrees only suite 3")
+        precondition(suites.contains(suite), "version 3 agrees only suites 4 and 3")
         return E2ERecordSender(
             suite: suite,
-            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey)
+            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey, cancel: suite.hasCancel)
         )
     }
 
     public func receiver(suite: E2ESuite, key: [UInt8], header: [UInt8], recordsPerKey: UInt64) throws(ILSError)
         -> E2ERecordReceiver
     {
-        guard suite == .aes256gcmHKDF, header.isEmpty, key.count == AESGCMRecords.keyLength else {
+        guard suites.contains(suite), header.isEmpty, key.count == AESGCMRecords.keyLength else {
             throw E2ERecord.invalidRecord
         }
         return E2ERecordReceiver(
             suite: suite,
-            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey)
+            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey, cancel: suite.hasCancel)
         )
     }
 }

@@ -16,13 +16,20 @@ public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     /// The same records as suite 2, the iv and key changes derived with HKDF-SHA256: version 3's, everywhere
     /// (swift-crypto: BoringSSL's VAES/AES-NI code on Linux, CryptoKit on Apple platforms).
     case aes256gcmHKDF = 3
+    /// Suite 3's records, plus the CANCEL record (flags `0x02`): a device that offers it says that it ends a circuit
+    /// it gives up on with a sealed CANCEL, so the gateway can tell a cancel from a path that was lost (a reset or a
+    /// dead connection without it). Version 3's first choice.
+    case aes256gcmHKDFCancel = 4
+
+    /// Whether the sender of this suite marks a cancel with the sealed CANCEL record.
+    public var hasCancel: Bool { self == .aes256gcmHKDFCancel }
 
     /// The bytes each side's handshake message carries for the direction it sends (secretstream's 24-byte header,
     /// `crypto_secretstream_xchacha20poly1305_HEADERBYTES`; AES-GCM needs none: its nonces come from the key).
     public var headerLength: Int {
         switch self {
         case .xchacha20poly1305: 24
-        case .aes256gcm, .aes256gcmHKDF: 0
+        case .aes256gcm, .aes256gcmHKDF, .aes256gcmHKDFCancel: 0
         }
     }
 
@@ -31,6 +38,7 @@ public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .xchacha20poly1305: "xchacha20poly1305-secretstream"
         case .aes256gcm: "aes256gcm"
         case .aes256gcmHKDF: "aes256gcm-hkdf-sha256"
+        case .aes256gcmHKDFCancel: "aes256gcm-hkdf-sha256-cancel"
         }
     }
 }
@@ -90,6 +98,20 @@ public final class E2ERecordSender {
         }
     }
 
+    /// Seals the CANCEL record (empty, flags `0x02`) into `output` (at least `E2ERecord.overhead` bytes): the
+    /// direction's last record, meaning "I gave up". Only suites with `hasCancel`.
+    public func sealCancel(into output: UnsafeMutableRawBufferPointer) {
+        precondition(suite.hasCancel && gcm != nil, "suite \(suite) has no CANCEL record")
+        gcm!.seal(UnsafeRawBufferPointer(start: nil, count: 0), into: output, flags: AESGCMRecords.cancelFlag)
+    }
+
+    /// Seals the CANCEL record into a new array.
+    public func sealCancel() -> [UInt8] {
+        var record = [UInt8](repeating: 0, count: E2ERecord.overhead)
+        record.withUnsafeMutableBytes { sealCancel(into: $0) }
+        return record
+    }
+
     /// Seals one record into a new array.
     public func seal(_ plaintext: [UInt8], final: Bool = false) -> [UInt8] {
         var record = [UInt8](repeating: 0, count: plaintext.count + E2ERecord.overhead)
@@ -107,8 +129,10 @@ public final class E2ERecordReceiver {
     /// Set by the first refusal: nothing opens after it.
     private var spent = false
     public let suite: E2ESuite
-    /// Whether the FINAL record has been opened; nothing opens after it.
+    /// Whether the FINAL or CANCEL record has been opened; nothing opens after it.
     public private(set) var finished = false
+    /// Whether that last record was CANCEL: the peer gave up (suites with `hasCancel` only).
+    public private(set) var cancelled = false
 
     package init(suite: E2ESuite, gcm: AESGCMRecords) {
         self.suite = suite
@@ -123,7 +147,7 @@ public final class E2ERecordReceiver {
     }
 
     /// Opens `record` straight into `output` (at least `record.count - E2ERecord.overhead` bytes); returns whether it
-    /// was the FINAL record. Throws if it was altered, reordered, replayed, spliced, or comes after the final one; a
+    /// was the direction's last record: FINAL, or CANCEL (then `cancelled` is set). Throws if it was altered, reordered, replayed, spliced, or comes after the final one; a
     /// receiver that threw opens nothing more.
     public func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError)
         -> Bool
@@ -134,7 +158,9 @@ public final class E2ERecordReceiver {
             if let other {
                 final = try other.open(record, into: output)
             } else {
-                final = try gcm!.open(record, into: output)
+                let flags = try gcm!.open(record, into: output)
+                final = flags != 0
+                cancelled = flags == AESGCMRecords.cancelFlag
             }
         } catch {
             spent = true
@@ -220,6 +246,8 @@ package struct AESGCMRecords {
     package static let backend = "swift-crypto-api"
     #endif
     static let finalFlag: UInt8 = 0x01
+    /// The CANCEL record's flags (`E2ESuite.hasCancel`): empty, the direction's last, "the peer gave up".
+    static let cancelFlag: UInt8 = 0x02
 
     private var key: SymmetricKey
     /// The IV's first 4 bytes and last 8, big-endian: the nonce of record `n` is `ivHead ‖ (ivTail XOR n)`.
@@ -229,8 +257,12 @@ package struct AESGCMRecords {
     private let recordsPerKey: UInt64
     private let schedule: AESGCMKeySchedule
 
-    package init(key: [UInt8], schedule: AESGCMKeySchedule, recordsPerKey: UInt64) {
+    /// Which record flags this direction accepts besides `0x00`: FINAL, and CANCEL where the suite has it.
+    private let acceptedFlags: Set<UInt8>
+
+    package init(key: [UInt8], schedule: AESGCMKeySchedule, recordsPerKey: UInt64, cancel: Bool = false) {
         precondition(key.count == Self.keyLength && recordsPerKey > 0)
+        self.acceptedFlags = cancel ? [0, Self.finalFlag, Self.cancelFlag] : [0, Self.finalFlag]
         self.key = SymmetricKey(data: key)
         let iv = schedule.iv(key)
         self.ivHead = iv[0..<4].reduce(0) { $0 << 8 | UInt32($1) }
@@ -264,8 +296,11 @@ package struct AESGCMRecords {
 
     /// Seals `plaintext` as `flags ‖ ciphertext ‖ tag` into `output`.
     mutating func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, final: Bool) {
+        seal(plaintext, into: output, flags: final ? Self.finalFlag : 0)
+    }
+
+    mutating func seal(_ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, flags: UInt8) {
         precondition(output.count >= plaintext.count + E2ERecord.overhead)
-        let flags = final ? Self.finalFlag : 0
         output[0] = flags
         let ciphertext = UnsafeMutableRawBufferPointer(rebasing: output[1..<(1 + plaintext.count)])
         let tag = UnsafeMutableRawBufferPointer(
@@ -282,13 +317,15 @@ package struct AESGCMRecords {
         }
     }
 
-    /// Opens `record` (`flags ‖ ciphertext ‖ tag`) into `output`; returns whether it is the FINAL one.
+    /// Opens `record` (`flags ‖ ciphertext ‖ tag`) into `output`; returns its flags (`0`, FINAL, or CANCEL where the
+    /// suite has it).
     mutating func open(
         _ record: UnsafeRawBufferPointer,
         into output: UnsafeMutableRawBufferPointer
-    ) throws(ILSError) -> Bool {
+    ) throws(ILSError) -> UInt8 {
         guard record.count >= E2ERecord.overhead, output.count >= record.count - E2ERecord.overhead,
-            record[0] & ~Self.finalFlag == 0
+            acceptedFlags.contains(record[0]),
+            record[0] != Self.cancelFlag || record.count == E2ERecord.overhead
         else { throw E2ERecord.invalidRecord }
         let length = record.count - E2ERecord.overhead
         let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])
@@ -304,7 +341,7 @@ package struct AESGCMRecords {
             return Self.openWithSwiftAPI(ciphertext, tag: tag, flags: flags, key: key, nonce: nonce, into: plaintext)
         }
         guard opened else { throw E2ERecord.invalidRecord }
-        return record[0] == Self.finalFlag
+        return record[0]
     }
 }
 

@@ -18,5 +18,12 @@ public struct E2ECircuitError: Error, Sendable, Hashable, CustomStringConvertibl
         reason: "the circuit ended without the peer's final record: what was received may be incomplete"
     )
 
+    /// The device gave up on the circuit: its sealed CANCEL record (suite 4) ended its direction. Only the device
+    /// sends it; the gateway stops the backend's work at once.
+    public static let cancelled = E2ECircuitError(
+        code: "cancelled",
+        reason: "the device cancelled the circuit"
+    )
+
     public var description: String { reason }
 }

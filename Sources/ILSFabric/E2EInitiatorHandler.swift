@@ -114,6 +114,11 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         case .established(let layer):
             do {
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
+                // Only a device cancels: a CANCEL from the gateway's side is no clean end.
+                if final, layer.peerCancelled {
+                    fail(context, E2ECircuitError.truncated)
+                    return
+                }
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
                 if final {
                     end.finalReceived()
@@ -213,7 +218,16 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
             }
         }
         if mode == .all { end.closing() }
+        let outputWasOpen = output.isOpen
         dropOutput(ChannelError.ioOnClosedChannel)
+        // Giving up on a circuit whose answer has not ended: with suite 4 the gateway is told so, sealed (CANCEL), so
+        // it can tell a cancel from a path that was lost; the stream is then reset as before. (What waited for a
+        // flush was never sealed, so the CANCEL follows the last record sent.)
+        if mode == .all, outputWasOpen, case .established(let layer) = state, layer.hasCancel {
+            output = .closed
+            layer.writeCancel(to: context, promise: nil)
+            context.flush()
+        }
         context.close(mode: mode, promise: promise)
     }
 

@@ -57,6 +57,23 @@ package struct E2ERecordLayer {
         }
     }
 
+    /// Whether this circuit's records have the CANCEL record (suite 4).
+    package var hasCancel: Bool { session.sender.suite.hasCancel }
+
+    /// Whether the peer's last record was CANCEL.
+    package var peerCancelled: Bool { session.receiver.cancelled }
+
+    /// Writes the framed CANCEL record through `context` (only where `hasCancel`).
+    package func writeCancel(to context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
+        var record = context.channel.allocator.buffer(capacity: 4 + E2ERecord.overhead)
+        record.writeInteger(UInt32(E2ERecord.overhead))
+        _ = record.writeWithUnsafeMutableBytes(minimumWritableBytes: E2ERecord.overhead) { output in
+            session.sender.sealCancel(into: UnsafeMutableRawBufferPointer(rebasing: output.prefix(E2ERecord.overhead)))
+            return E2ERecord.overhead
+        }
+        context.write(NIOAny(record), promise: promise)
+    }
+
     /// Opens one record (a frame body from `FrameDecoder`).
     package func open(_ record: ByteBuffer, allocator: ByteBufferAllocator) throws(ILSError) -> (
         ByteBuffer, final: Bool

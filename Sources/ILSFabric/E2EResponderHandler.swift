@@ -44,6 +44,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private let authorize: Authorize
     private let onEstablished: OnEstablished
     private let unsealedEnd: @Sendable (any Channel) -> UnsealedEnd
+    private let onCancelled: @Sendable () -> Void
     private var batch = RecordBatch()
     private var end = CircuitEnd()
     /// The FINAL record has been sent: the gateway's direction is over.
@@ -57,9 +58,11 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         authorize: @escaping Authorize,
         onEstablished: @escaping OnEstablished,
         handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout,
-        unsealedEnd: @escaping @Sendable (any Channel) -> UnsealedEnd = { _ in .cut }
+        unsealedEnd: @escaping @Sendable (any Channel) -> UnsealedEnd = { _ in .cut },
+        onCancelled: @escaping @Sendable () -> Void = {}
     ) {
         self.unsealedEnd = unsealedEnd
+        self.onCancelled = onCancelled
         self.state = .awaitingHello(E2EResponder(credentials: credentials, versions: versions))
         self.handshakeTimeout = handshakeTimeout
         self.authorize = authorize
@@ -165,6 +168,16 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 context.fireUserInboundEventTriggered(event)
             case .established(let layer):
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
+                if final, layer.peerCancelled {
+                    // The device gave up, and said so under the circuit's key: the backend's work stops now. The
+                    // reset that follows is its own doing, not a cut to report.
+                    end.closing()
+                    onCancelled()
+                    context.fireErrorCaught(E2ECircuitError.cancelled)
+                    batch.fail(ChannelError.ioOnClosedChannel)
+                    context.close(promise: nil)
+                    return
+                }
                 if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
                 if final {
                     end.finalReceived()

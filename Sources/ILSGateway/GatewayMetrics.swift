@@ -5,6 +5,8 @@ import Metrics
 enum GatewayMetrics {
     static let circuitsActive = Meter(label: "ils_gateway_circuits_active")
     static let circuitsTotal = Counter(label: "ils_gateway_circuits_total")
+    /// Circuits the device ended with its sealed CANCEL record (suite 4): it gave up, as opposed to a path lost.
+    static let circuitsCancelled = Counter(label: "ils_gateway_circuits_cancelled_total")
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")

@@ -374,7 +374,8 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                             unsealedEnd: { channel in
                                 (try? channel.pipeline.syncOperations.handler(type: CircuitCloseHandler.self)) != nil
                                     ? .endOfInput : .cut
-                            }
+                            },
+                            onCancelled: { GatewayMetrics.circuitsCancelled.increment() }
                         )
                     )
                 })

@@ -51,19 +51,23 @@ struct E2ESuiteTests {
         try Self.exchange(sessions)
     }
 
-    @Test("a device of this build speaks version 3 and agrees suite 3 (HKDF-SHA256, AES-256-GCM) with a gateway")
+    @Test(
+        "a device of this build speaks version 3, offers suites 4 then 3, and agrees suite 4 (with CANCEL) with a gateway"
+    )
     func versionThreeIsTheDefault() throws {
         let parties = try E2EParties()
         let initiator = E2EInitiator(credentials: parties.device, service: "claude-api")
         let hello = initiator.clientHello()
         #expect(hello[1] == 3)
-        #expect(Array(hello.suffix(3)) == [0, 1, E2ESuite.aes256gcmHKDF.rawValue])
+        #expect(
+            Array(hello.suffix(4)) == [0, 2, E2ESuite.aes256gcmHKDFCancel.rawValue, E2ESuite.aes256gcmHKDF.rawValue]
+        )
         let responder = Self.gateway(parties)
         let serverHello = try responder.receiveClientHello(hello).serverHello
-        #expect(serverHello[1] == 3 && serverHello[2] == E2ESuite.aes256gcmHKDF.rawValue)
+        #expect(serverHello[1] == 3 && serverHello[2] == E2ESuite.aes256gcmHKDFCancel.rawValue)
         let (finished, device) = try initiator.receiveServerHello(serverHello)
         let gateway = try responder.receiveClientFinished(finished)
-        #expect(device.suite == .aes256gcmHKDF && gateway.suite == .aes256gcmHKDF)
+        #expect(device.suite == .aes256gcmHKDFCancel && gateway.suite == .aes256gcmHKDFCancel)
         try Self.exchange((device, gateway))
         // ILSCrypto alone (what ILSClient links) answers version 3 and nothing older.
         let v3Only = E2EResponder(credentials: parties.gateway)
@@ -78,6 +82,7 @@ struct E2ESuiteTests {
     func versionThreeRefusesOldSuites() throws {
         let parties = try E2EParties()
         var hello = E2EInitiator(credentials: parties.device, service: "claude-api").clientHello()
+        hello[hello.count - 2] = E2ESuite.aes256gcm.rawValue
         hello[hello.count - 1] = E2ESuite.aes256gcm.rawValue
         #expect(throws: ILSError.self) { _ = try Self.gateway(parties).receiveClientHello(hello) }
     }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ILSCore
 import Testing
 
 @testable import ILSCrypto
@@ -47,6 +48,30 @@ struct HandshakeV3KnownAnswerTests {
         #expect(try receiver.open(records[0]).plaintext == Array("hi".utf8))
         #expect(try receiver.open(records[1]).plaintext == Array("x".utf8))
         #expect(try receiver.open(records[2]).final)
+    }
+
+    @Test("suite 4: the CANCEL record's known answer; it is empty, the direction's last, and suite 3 refuses it")
+    func cancelRecord() throws {
+        let key = [UInt8](repeating: 0x11, count: 32)
+        let sender = E2EHandshakeV3().sender(suite: .aes256gcmHKDFCancel, key: key, recordsPerKey: 2)
+        let records = [sender.seal(Array("hi".utf8)), sender.sealCancel()]
+        // The same bytes as suite 3 for a data record: suite 4 changes no record that suite 3 has.
+        #expect(Self.hex(records[0]) == "0004d92e3162621fa6261d133e3e724f33bcd6")
+        #expect(Self.hex(records[1]) == "025669cd508feeb54c6b205378152c9202")
+        let receiver = try E2EHandshakeV3().receiver(
+            suite: .aes256gcmHKDFCancel,
+            key: key,
+            header: [],
+            recordsPerKey: 2
+        )
+        #expect(try receiver.open(records[0]).plaintext == Array("hi".utf8))
+        let cancel = try receiver.open(records[1])
+        #expect(cancel.final && cancel.plaintext.isEmpty && receiver.cancelled)
+        #expect(throws: ILSError.self) { _ = try receiver.open(sender.seal(Array("x".utf8))) }
+        // Suite 3 has no CANCEL: the record is refused.
+        let old = try E2EHandshakeV3().receiver(suite: .aes256gcmHKDF, key: key, header: [], recordsPerKey: 2)
+        _ = try old.open(records[0])
+        #expect(throws: ILSError.self) { _ = try old.open(records[1]) }
     }
 }
 

@@ -1,3 +1,4 @@
+import Crypto
 import ILSCore
 import ILSCrypto
 import ILSFabric
@@ -32,6 +33,9 @@ struct EmbeddedCircuit {
             state.withLockedValue { $0.errors.contains { ($0 as? E2ECircuitError) == .truncated } }
         }
         var errorCount: Int { state.withLockedValue { $0.errors.count } }
+        var cancelled: Bool {
+            state.withLockedValue { $0.errors.contains { ($0 as? E2ECircuitError) == .cancelled } }
+        }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             let text = String(buffer: unwrapInboundIn(data))
@@ -47,8 +51,8 @@ struct EmbeddedCircuit {
         }
     }
 
-    /// A circuit whose handshake has completed.
-    init() throws {
+    /// A circuit whose handshake has completed; the device speaks `deviceVersion`.
+    init(deviceVersion: any E2EHandshakeVersion = E2EHandshake.version) throws {
         let authority = try CertificateAuthority.create(name: "test CA")
         let deviceSeen = Seen()
         let gatewaySeen = Seen()
@@ -57,7 +61,8 @@ struct EmbeddedCircuit {
             ByteToMessageHandler(FrameDecoder()),
             E2EInitiatorHandler(
                 credentials: try TestIdentities.credentials(authority, name: "ipad", role: .device),
-                service: "claude-api"
+                service: "claude-api",
+                version: deviceVersion
             ),
             deviceSeen,
         ])
@@ -197,5 +202,58 @@ struct CircuitEndTests {
         circuit.device.close(promise: nil)
         #expect(try !circuit.pump().deviceEnded)
         #expect(!circuit.device.isActive)
+    }
+
+    @Test("a device that gives up mid-answer seals a CANCEL (suite 4): the gateway's proxy core sees cancelled")
+    func deviceCancelIsSealed() throws {
+        let circuit = try EmbeddedCircuit()
+        defer { circuit.finish() }
+        circuit.device.close(promise: nil)
+        #expect(try !circuit.pump().deviceEnded)
+        #expect(circuit.gatewaySeen.cancelled)
+        #expect(!circuit.gatewaySeen.truncated)
+        #expect(!circuit.gateway.isActive)
+    }
+
+    /// How the gateway tells the two apart: a device that offered suite 4 seals its cancels; one of an earlier
+    /// release agreed suite 3 and cannot, so its reset is taken as a cancel, as before.
+    @Test("a device limited to suite 3 sends no CANCEL: its reset reaches the gateway as a cut, as before")
+    func suiteThreeDeviceCannotCancel() throws {
+        let circuit = try EmbeddedCircuit(deviceVersion: SuiteThreeDevice())
+        defer { circuit.finish() }
+        circuit.device.close(promise: nil)
+        try circuit.pump()
+        #expect(!circuit.gatewaySeen.cancelled)
+        circuit.gateway.pipeline.fireErrorCaught(NIOHTTP2Errors.streamClosed(streamID: 1, errorCode: .cancel))
+        #expect(circuit.gatewaySeen.truncated)
+    }
+}
+
+/// Version 3 as a device of the release before suite 4 speaks it: it offers suite 3 only.
+struct SuiteThreeDevice: E2EHandshakeVersion {
+    private let v3 = E2EHandshakeV3()
+    var number: UInt8 { v3.number }
+    var suites: [E2ESuite] { [.aes256gcmHKDF] }
+    func transcript(_ parts: [[UInt8]]) -> [UInt8] { v3.transcript(parts) }
+    func keys(
+        sharedSecret: SharedSecret,
+        initiatorEphemeral: [UInt8],
+        responderEphemeral: [UInt8],
+        transcript: [UInt8]
+    ) -> E2EDirectionKeys {
+        v3.keys(
+            sharedSecret: sharedSecret,
+            initiatorEphemeral: initiatorEphemeral,
+            responderEphemeral: responderEphemeral,
+            transcript: transcript
+        )
+    }
+    func sender(suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64) -> E2ERecordSender {
+        v3.sender(suite: suite, key: key, recordsPerKey: recordsPerKey)
+    }
+    func receiver(suite: E2ESuite, key: [UInt8], header: [UInt8], recordsPerKey: UInt64) throws(ILSError)
+        -> E2ERecordReceiver
+    {
+        try v3.receiver(suite: suite, key: key, header: header, recordsPerKey: recordsPerKey)
     }
 }
