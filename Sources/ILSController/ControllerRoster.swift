@@ -11,17 +11,47 @@ import NIOConcurrencyHelpers
 public final class ControllerRoster: Sendable {
     private let addresses: NIOLockedValueBox<[String]>
     private let read = NIOLockedValueBox(false)
+    private let started = ContinuousClock.now
+    /// How long a controller that finds itself alone waits before it says so (`announced`).
+    private let soloAnnounceAfter: NIOLockedValueBox<Duration>
 
-    init(own: ControllerAddress) {
+    /// The heartbeat window: a replica is in the list while its last heartbeat is under 30 s old.
+    static let heartbeatWindow: Duration = .seconds(30)
+
+    init(own: ControllerAddress, soloAnnounceAfter: Duration = ControllerRoster.heartbeatWindow) {
         addresses = NIOLockedValueBox([own.description])
+        self.soloAnnounceAfter = NIOLockedValueBox(soloAnnounceAfter)
     }
 
     /// The list as last read, this controller first.
     public var current: [String] { addresses.withLockedValue { $0 } }
 
-    /// The list once it has been read from the store at least once; nil before (a client told only this controller
-    /// in its first moment would write that into its identity file over a longer list).
-    public var announced: [String]? { read.withLockedValue { $0 } ? current : nil }
+    /// The list clients are told to keep (`ils-controllers`), or nil when it cannot be trusted yet:
+    /// - before it has been read from the store once (a client told only this controller in its first moment would
+    ///   write that over a longer list);
+    /// - when it names this controller alone, for a heartbeat window after start: after a cluster-wide outage the
+    ///   first controller back finds no other heartbeat younger than 30 s, though the others are about to return, and
+    ///   clients would forget them. A lone controller that stays alone is announced after the window.
+    public var announced: [String]? {
+        guard read.withLockedValue({ $0 }) else { return nil }
+        let list = current
+        if list.count == 1, ContinuousClock.now - started < soloAnnounceAfter.withLockedValue({ $0 }) { return nil }
+        return list
+    }
+
+    /// Sets how long a lone controller waits before it announces itself (tests, whose clusters start in a moment).
+    package func announceAloneAfter(_ wait: Duration) { soloAnnounceAfter.withLockedValue { $0 = wait } }
+
+    /// Takes `list` as read from the store; returns whether it changed the set.
+    func record(_ list: [String]) -> Bool {
+        defer { read.withLockedValue { $0 = true } }
+        // Compared as sets: the store's order among the others is not a change.
+        return addresses.withLockedValue { addresses -> Bool in
+            guard Set(addresses) != Set(list) else { return false }
+            addresses = list
+            return true
+        }
+    }
 
     /// Reads the list from the store and pushes it to every gateway if it changed (a store that cannot answer changes
     /// nothing). Returns whether it changed.
@@ -29,13 +59,7 @@ public final class ControllerRoster: Sendable {
     func refresh(controller: Controller, live: LiveConnections) async -> Bool {
         // A store that cannot answer says nothing about the cluster: the list stays as it was.
         guard let list = try? await controller.listedControllerAddresses() else { return false }
-        defer { read.withLockedValue { $0 = true } }
-        // Compared as sets: the store's order among the others is not a change.
-        let changed = addresses.withLockedValue { addresses -> Bool in
-            guard Set(addresses) != Set(list) else { return false }
-            addresses = list
-            return true
-        }
+        let changed = record(list)
         if changed { live.push(HostControlMessage(controllers: list)) }
         return changed
     }

@@ -73,11 +73,31 @@ public enum IdentityFileIO {
         var wrote = false
         locked(path) {
             guard let file = try? read(path), file.certificate == certificate, let learned = file.learning(announced),
-                let data = try? encode(learned)
+                let data = FileManager.default.contents(atPath: path),
+                let updated = replacingControllers(in: data, with: learned.controllers)
             else { return }
-            wrote = (try? SecureFile.write(data, to: path, overwrite: true)) != nil
+            wrote = (try? SecureFile.write(updated, to: path, overwrite: true)) != nil
         }
         return wrote
+    }
+
+    /// The file's JSON with its `controllers` replaced and every other key kept as it was, those this version does
+    /// not know included (a later version's, another client's: identities.md says readers ignore them, so a
+    /// background write must not drop them). Nil if the result would not read back as the same identity.
+    static func replacingControllers(in data: Data, with controllers: [String]) -> Data? {
+        guard var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+        object["controllers"] = controllers
+        guard
+            let updated = try? JSONSerialization.data(
+                withJSONObject: object,
+                options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            ),
+            let before = try? JSONDecoder().decode(IdentityFile.self, from: data),
+            let after = try? JSONDecoder().decode(IdentityFile.self, from: updated),
+            after.certificate == before.certificate, after.privateKey == before.privateKey,
+            after.identity.id == before.identity.id, after.controllers == controllers
+        else { return nil }
+        return updated
     }
 
     public static func read(_ path: String) throws(ILSError) -> IdentityFile {

@@ -80,6 +80,19 @@ struct IdentityFileReplicaTests {
         #expect(try IdentityFileIO.read(path).controllers == cluster.map(\.description))
         let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber
         #expect(mode?.intValue == 0o600)
+        // Keys this version does not know are kept.
+        var raw = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any]
+        )
+        raw["writtenBy"] = "a later version"
+        raw["controllers"] = []
+        try JSONSerialization.data(withJSONObject: raw).write(to: URL(fileURLWithPath: path))
+        #expect(IdentityFileIO.learn(cluster, path: path, certificate: file.certificate))
+        let kept = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any]
+        )
+        #expect(kept["writtenBy"] as? String == "a later version")
+        #expect(try IdentityFileIO.read(path).controllers == cluster.map(\.description))
         // The same list again writes nothing.
         #expect(!IdentityFileIO.learn(cluster.reversed(), path: path, certificate: file.certificate))
         // A file of another user (the machine's service account) is left alone.
