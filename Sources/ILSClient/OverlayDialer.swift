@@ -72,6 +72,8 @@ public final class OverlayDialer: Sendable {
     }
 
     private let learnedHandler = NIOLockedValueBox<(@Sendable (IdentityFile) -> Void)?>(nil)
+    /// Where `onControllersLearned`'s handler runs: one serial queue per dialer.
+    private let learning = DispatchQueue(label: "ils.overlay-dialer.learn")
 
     /// Calls `body` with the identity, its `controllers` replaced, whenever a circuit answer names a controller list
     /// that differs from the one in use (`ControllerAddress.listHeader`): a replica joined or left. The dialer uses
@@ -94,8 +96,8 @@ public final class OverlayDialer: Sendable {
             return file
         }
         guard let learned, let handler = learnedHandler.withLockedValue({ $0 }) else { return }
-        // Off the connection's event loop: the handler writes a file or the Keychain.
-        DispatchQueue.global().async { handler(learned) }
+        // Off the connection's event loop (the handler writes a file or the Keychain), in the order the lists came.
+        learning.async { handler(learned) }
     }
 
     private static func load(_ identity: IdentityFile) throws(ILSError) -> Identity {

@@ -11,12 +11,14 @@ import NIOConcurrencyHelpers
 public final class ControllerRoster: Sendable {
     private let addresses: NIOLockedValueBox<[String]>
     private let read = NIOLockedValueBox(false)
+    /// The list last pushed to gateways (`announced` when it was pushed).
+    private let pushed = NIOLockedValueBox<[String]?>(nil)
     private let started = ContinuousClock.now
     /// How long a controller that finds itself alone waits before it says so (`announced`).
     private let soloAnnounceAfter: NIOLockedValueBox<Duration>
 
     /// The heartbeat window: a replica is in the list while its last heartbeat is under 30 s old.
-    static let heartbeatWindow: Duration = .seconds(30)
+    static let heartbeatWindow: Duration = .seconds(ControllerHeartbeat.window)
 
     init(own: ControllerAddress, soloAnnounceAfter: Duration = ControllerRoster.heartbeatWindow) {
         addresses = NIOLockedValueBox([own.description])
@@ -53,14 +55,22 @@ public final class ControllerRoster: Sendable {
         }
     }
 
-    /// Reads the list from the store and pushes it to every gateway if it changed (a store that cannot answer changes
-    /// nothing). Returns whether it changed.
+    /// Reads the list from the store (a store that cannot answer changes nothing) and pushes what may be announced
+    /// (`announced`) to every gateway when that differs, as a set, from what was pushed last. Returns whether the
+    /// list read changed.
     @discardableResult
     func refresh(controller: Controller, live: LiveConnections) async -> Bool {
         // A store that cannot answer says nothing about the cluster: the list stays as it was.
         guard let list = try? await controller.listedControllerAddresses() else { return false }
         let changed = record(list)
-        if changed { live.push(HostControlMessage(controllers: list)) }
+        if let announced {
+            let push = pushed.withLockedValue { pushed -> Bool in
+                guard pushed.map(Set.init) != Set(announced) else { return false }
+                pushed = announced
+                return true
+            }
+            if push { live.push(HostControlMessage(controllers: announced)) }
+        }
         return changed
     }
 }

@@ -107,7 +107,9 @@ final class HostControlHandler: ChannelInboundHandler {
                     dialGrant: controller.dialGrant(for: policy),
                     relayLoop: policyOnly ? nil : link.loop,
                     relayLoops: policyOnly ? nil : link.loops,
-                    controllers: controller.state.roster.current
+                    // Left out while the roster cannot be trusted yet (`ControllerRoster.announced`): a gateway keeps
+                    // the list it has rather than dropping the other controllers' links, grants and blocks.
+                    controllers: controller.state.roster.announced
                 )
             } else {
                 let reason =

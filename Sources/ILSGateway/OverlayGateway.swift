@@ -295,9 +295,12 @@ public final class OverlayGateway: Service, Sendable {
         // Kept in the identity file too: after a restart, the gateway links to replicas that joined since enrollment
         // even while the file's own controller is down.
         if let path = keeper?.path {
-            let certificate = identity.withLockedValue { $0.file.certificate }
-            // Off the link's event loop: a file write and fsync.
-            DispatchQueue.global().async { IdentityFileIO.learn(pushed, path: path, certificate: certificate) }
+            // Off the link's event loop (a file write and fsync), in the order the lists came.
+            IdentityFileIO.learnInBackground(
+                pushed,
+                path: path,
+                certificate: identity.withLockedValue { $0.file.certificate }
+            )
         }
         startMissingLinks()
     }

@@ -257,8 +257,10 @@ final class PolicyLink: Sendable {
             metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"]
         )
         state.withLockedValue { $0.channel }?.close(promise: nil)
-        for (address, secondary) in secondaries.withLockedValue({ $0.links }) {
-            secondary.link.use(renewed, address: address)
+        // Under the lock `controllersListed` makes links under, after the identity changed: a link it makes now reads
+        // the renewed file, one it made before gets it here.
+        secondaries.withLockedValue { all in
+            for (address, secondary) in all.links { secondary.link.use(renewed, address: address) }
         }
         return true
     }
@@ -277,11 +279,13 @@ final class PolicyLink: Sendable {
     private func controllersListed(_ list: [String]) {
         let own = connector.address
         let wanted = Set(ControllerAddress.replicas(list).filter { $0 != own })
-        let file = identity.withLockedValue { $0.file }
+        var file = identity.withLockedValue { $0.file }
         var started: [(ControllerAddress, PolicyLink)] = []
         let gone = secondaries.withLockedValue { all -> [(ControllerAddress, PolicyLink, Task<Void, Never>)] in
             // After `stop` (a message read while it ran), no link is started that nothing would stop.
             guard !all.stopped else { return [] }
+            // Read under this lock, which `adopt` takes after a renewal: a new link never keeps the old certificate.
+            file = identity.withLockedValue { $0.file }
             let gone = all.links.filter { !wanted.contains($0.key) }.map { ($0.key, $0.value.link, $0.value.task) }
             for (address, _, _) in gone { all.links[address] = nil }
             for address in wanted where all.links[address] == nil {
@@ -309,9 +313,11 @@ final class PolicyLink: Sendable {
         }
         if let path = keeper?.path, !started.isEmpty || !gone.isEmpty {
             // Kept in the identity file too, off the link's event loop (a file write and fsync).
-            let certificate = file.certificate
-            let listed = ControllerAddress.replicas(list)
-            DispatchQueue.global().async { IdentityFileIO.learn(listed, path: path, certificate: certificate) }
+            IdentityFileIO.learnInBackground(
+                ControllerAddress.replicas(list),
+                path: path,
+                certificate: file.certificate
+            )
         }
         if !started.isEmpty || !gone.isEmpty {
             logger.info(
@@ -474,6 +480,9 @@ final class PolicyLink: Sendable {
     }
 
     private func apply(_ message: HostControlMessage, connection: (any Channel)?) {
+        // A link that was stopped (a secondary whose controller left the list) applies nothing more: a message read
+        // while it closed would put back the grant and blocks `forgetRevoked` just dropped.
+        guard !stopped else { return }
         if let blocked = message.blocked {
             policy.updateRevoked(blocked, from: key)
         }
@@ -486,7 +495,10 @@ final class PolicyLink: Sendable {
             )
         }
         if let roles = message.dialRoles {
-            policy.update(roles)
+            // The dial roles, and with them whether the gateway has a policy at all, are the primary's: a secondary
+            // link must not bring the policy back once the primary's grace ran out (certificate checks would then go
+            // unasked with no bound).
+            if !isSecondary { policy.update(roles) }
             let timer = state.withLockedValue { state in
                 defer {
                     state.graceTimer = nil

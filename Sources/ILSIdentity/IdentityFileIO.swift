@@ -38,13 +38,14 @@ public enum IdentityFileIO {
     /// `identities/`. A directory that cannot be opened or locked runs `body` unlocked (as before this lock existed).
     static func locked(_ path: String, _ body: () -> Void) {
         let directory = (path as NSString).deletingLastPathComponent
-        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY)
+        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else {
             body()
             return
         }
         defer { close(descriptor) }
-        let held = flock(descriptor, LOCK_EX) == 0
+        var held = flock(descriptor, LOCK_EX) == 0
+        while !held, errno == EINTR { held = flock(descriptor, LOCK_EX) == 0 }
         body()
         if held { _ = flock(descriptor, LOCK_UN) }
     }
@@ -63,6 +64,16 @@ public enum IdentityFileIO {
     /// first and written (atomically, 0600) only if it still holds `certificate` (a renewal elsewhere may have
     /// replaced it, and its own answer carried the list) and the list changed. Returns whether it wrote; never
     /// throws: learning the list must not fail what the identity was used for.
+    /// The background queue `learnInBackground` writes on: one, serial, so two lists learned in turn are written in
+    /// that order.
+    private static let learning = DispatchQueue(label: "ils.identity-file.learn")
+
+    /// `learn`, off the caller's thread (an event loop must not wait for a file write and its fsync), in the order of
+    /// the calls.
+    public static func learnInBackground(_ announced: [ControllerAddress], path: String, certificate: String) {
+        learning.async { learn(announced, path: path, certificate: certificate) }
+    }
+
     /// A file owned by another user (a `sudo ils-gateway admin …` on a service's file) is left alone: replacing it
     /// would hand it to this user, and the service could no longer read it.
     @discardableResult

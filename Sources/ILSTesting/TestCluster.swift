@@ -107,6 +107,8 @@ public final class TestCluster: @unchecked Sendable {
                 adminOut: "\(directory)/identities/admin.json",
                 store: store
             )
+            // Test clusters start in a moment: a controller alone announces itself at once, not after 30 s.
+            state.roster.announceAloneAfter(.zero)
             let server = try ControllerServer(
                 state: state,
                 listen: HostPort(host: "127.0.0.1", port: port),
@@ -276,6 +278,7 @@ public final class TestCluster: @unchecked Sendable {
                 store: store
             )
             try await replica.identities.reload(from: replica.store)
+            replica.roster.announceAloneAfter(.zero)
             let server = try ControllerServer(
                 state: replica,
                 listen: HostPort(host: "127.0.0.1", port: port),
@@ -326,6 +329,7 @@ public final class TestCluster: @unchecked Sendable {
     public func restartController() async throws {
         await controller.shutdown()  // idempotent: fine if it is already down
         let reloaded = try await ControllerState.load(directory: "\(directory)/controller")
+        reloaded.roster.announceAloneAfter(.zero)
         restartedStores.append(reloaded.store)
         let server = try ControllerServer(
             state: reloaded,

@@ -61,7 +61,7 @@ public final class Tunnel: Service, Sendable {
             // The cluster's controllers, as circuit answers name them, go into the identity file: the next start
             // fails over to a replica that joined after enrollment.
             dialer.onControllersLearned { learned in
-                IdentityFileIO.learn(
+                IdentityFileIO.learn(  // already off the event loop, in order (`onControllersLearned`)
                     ControllerAddress.replicas(learned.controllers),
                     path: identityPath,
                     certificate: learned.certificate
