@@ -512,6 +512,7 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSFabric",
                 "ILSTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -33,6 +33,8 @@ public final class OverlayDialer: Sendable {
     /// How the controller connection notices a silent network drop (after a Wi-Fi to cellular switch, say): it is
     /// then closed, and the next circuit opens a new one.
     public let keepalive: FabricKeepalive
+    /// How long a circuit whose path is lost waits to be resumed, and what it may keep meanwhile.
+    public let retention: CircuitRetention
 
     /// The end-to-end handshake this device speaks: the current version; tests play older devices with it.
     private let handshakeVersion: any E2EHandshakeVersion
@@ -40,13 +42,15 @@ public final class OverlayDialer: Sendable {
     public convenience init(
         identity: IdentityFile,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
-        keepalive: FabricKeepalive = .standard
+        keepalive: FabricKeepalive = .standard,
+        retention: CircuitRetention = .standard
     ) throws(ILSError) {
         try self.init(
             identity: identity,
             eventLoop: eventLoop,
             keepalive: keepalive,
-            handshakeVersion: E2EHandshake.version
+            handshakeVersion: E2EHandshake.version,
+            retention: retention
         )
     }
 
@@ -54,10 +58,12 @@ public final class OverlayDialer: Sendable {
         identity: IdentityFile,
         eventLoop: any EventLoop,
         keepalive: FabricKeepalive,
-        handshakeVersion: any E2EHandshakeVersion
+        handshakeVersion: any E2EHandshakeVersion,
+        retention: CircuitRetention = .standard
     ) throws(ILSError) {
         self.eventLoop = eventLoop
         self.keepalive = keepalive
+        self.retention = retention
         self.handshakeVersion = handshakeVersion
         self.current = NIOLockedValueBox(try Self.load(identity))
     }
@@ -227,6 +233,82 @@ public final class OverlayDialer: Sendable {
     }
 
     /// Whether a dial failed because its connection closed before the circuit was answered.
+    /// Resumes a held circuit (its path was lost): a new stream through the controller the dialer reaches now,
+    /// to the gateway that holds the circuit, RESUME, and once the gateway's RESUMED is proven the circuit goes on
+    /// over it. A failure that another try may cure (no controller reachable, the gateway not linked yet, the stream
+    /// lost before the answer) is tried again, waiting 100 ms doubling to 2 s, until the grace window ends; a refusal
+    /// by the gateway or by policy ends the circuit with `E2ECircuitError.notResumed(because:)`.
+    private func resume(_ circuit: CircuitChannel, service: String, backoff: TimeAmount) {
+        let retry = { (reason: String) in
+            let next = min(max(backoff * 2, .milliseconds(100)), .seconds(2))
+            guard let until = circuit.heldUntil, NIODeadline.now() + next < until else {
+                circuit.failResumption("no path to the gateway within the grace window (last: \(reason))")
+                return
+            }
+            circuit.eventLoop.assumeIsolated().scheduleTask(in: next) {
+                self.resume(circuit, service: service, backoff: next)
+            }
+        }
+        guard circuit.isHeld else { return }
+        guard let gateway = circuit.peerID, let attempt = circuit.nextAttempt() else {
+            circuit.failResumption("the grace window ran out")
+            return
+        }
+        openResumptionStream(service: service, gateway: gateway).hop(to: circuit.eventLoop).assumeIsolated()
+            .whenComplete { result in
+                switch result {
+                case .success(let stream):
+                    do {
+                        try circuit.sendResumption(on: stream.pipeline.syncOperations, attempt: attempt) { failure in
+                            guard let failure else { return }
+                            if failure.refused {
+                                circuit.failResumption(failure.reason)
+                            } else {
+                                retry(failure.reason)
+                            }
+                        }
+                    } catch {
+                        stream.close(promise: nil)
+                        retry("\(error)")
+                    }
+                case .failure(let error):
+                    if let refused = error as? CircuitRefused,
+                        ["dial_denied", "identity_blocked", "unknown_service"].contains(refused.code)
+                    {
+                        circuit.failResumption(refused.reason)
+                        return
+                    }
+                    retry((error as? CircuitRefused)?.reason ?? "\(error)")
+                }
+            }
+    }
+
+    /// A stream through the controller the dialer reaches now to `gateway`'s links for `service`, opened with
+    /// `FabricProtocol.resumeHeader`, its frames decoded: what a resumption's RESUME goes on.
+    package func openResumptionStream(service: String, gateway: String) -> EventLoopFuture<any Channel> {
+        connection().0.flatMap { connection -> EventLoopFuture<any Channel> in
+            let opened = self.eventLoop.makePromise(of: Void.self)
+            let stream = connection.multiplexer.createStreamChannel { stream in
+                stream.eventLoop.makeCompletedFuture {
+                    try stream.pipeline.syncOperations.addHandler(
+                        CircuitDialer(
+                            service: service,
+                            extraHeaders: [(FabricProtocol.resumeHeader, gateway)],
+                            opened: opened
+                        )
+                    )
+                }
+            }
+            stream.whenFailure { opened.fail($0) }
+            return stream.and(opened.futureResult).flatMapThrowing { stream, _ in
+                let pipeline = stream.pipeline.syncOperations
+                try pipeline.addHandler(StreamDataCodec())
+                try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
+                return stream
+            }
+        }
+    }
+
     private static func connectionDied(_ error: any Error) -> Bool {
         if case DialError.refused(code: "closed", _) = error { return true }
         return error is ChannelError || error is NIOHTTP2Errors.StreamClosed
@@ -250,14 +332,24 @@ public final class OverlayDialer: Sendable {
             // A stream that could not be made (the connection is closing) never answers: complete `opened` too, or
             // the promise and the futures waiting on it leak.
             stream.whenFailure { opened.fail($0) }
-            return stream.and(opened.futureResult).flatMapThrowing { stream, _ in
+            return stream.and(opened.futureResult).flatMapThrowing { stream, _ -> any Channel in
                 let pipeline = stream.pipeline.syncOperations
                 try pipeline.addHandler(StreamDataCodec())
                 try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                try pipeline.addHandler(
+                let path = CircuitPathHandler()
+                try pipeline.addHandler(path)
+                // The caller gets the circuit, not the stream: the circuit outlives a lost stream (resumption).
+                let circuit = CircuitChannel(
+                    eventLoop: stream.eventLoop,
+                    allocator: stream.allocator,
+                    retention: self.retention
+                )
+                circuit.onHeld = { circuit in self.resume(circuit, service: service, backoff: .zero) }
+                circuit.start(on: path)
+                try circuit.pipeline.syncOperations.addHandler(
                     E2EInitiatorHandler(credentials: credentials, service: service, version: self.handshakeVersion)
                 )
-                return stream
+                return circuit
             }.flatMapErrorThrowing { error in
                 if let refused = error as? CircuitRefused {
                     throw DialError.refused(code: refused.code, reason: refused.reason)

@@ -20,6 +20,8 @@ import FoundationNetworking
 /// | `service_unavailable`    | `.cannotConnectToHost`        | no gateway hosts the service now                   |
 /// | `gateway_denied`         | `.resourceUnavailable`        | the gateway refused the end-to-end handshake       |
 /// | `truncated`              | `.networkConnectionLost`      | the circuit ended or failed before the response did |
+/// | `not_resumed`            | `.networkConnectionLost`      | the path was lost and the circuit could not be      |
+/// |                          |                               | resumed (grace window over, gateway restarted)     |
 /// | `timed_out`              | `.timedOut`                   | nothing arrived for the request's timeout interval |
 public enum OverlayURLError {
     /// The `userInfo` key of the overlay's reason code (a `String`).
@@ -38,7 +40,7 @@ public enum OverlayURLError {
         case "identity_blocked": .userAuthenticationRequired
         case "unknown_service": .cannotFindHost
         case "timed_out": .timedOut
-        case "truncated", "closed": .networkConnectionLost
+        case "truncated", "closed", "not_resumed": .networkConnectionLost
         case "cancelled": .cancelled
         default: .resourceUnavailable
         }
@@ -61,6 +63,9 @@ public enum OverlayURLError {
                 reason: "the gateway refused the circuit: \(ControlCharacters.bounded(refused.reason, limit: 300))",
                 url: url
             )
+        case let failed as E2ECircuitError where failed.code == E2ECircuitError.notResumed.code:
+            // Its own reason: the app may offer to ask again, knowing the answer did not end and was not cut.
+            return make(code: "not_resumed", reason: ControlCharacters.bounded(failed.reason, limit: 300), url: url)
         case is CancellationError:
             return make(code: "cancelled", reason: "the request was cancelled", url: url)
         default:

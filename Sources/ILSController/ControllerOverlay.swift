@@ -94,8 +94,13 @@ struct ControllerOverlay: Sendable {
             // keep the fabric's default, since every device's circuits to a service share them.
             maxConcurrentStreams: relay.circuitLimiter.limits.concurrent
         ) {
-            CircuitAcceptor(answerHeaders: { Self.clusterHeader(roster) }) { service, _, stream in
-                relay.dial(service: service, device: device, stream: stream)
+            CircuitAcceptor(answerHeaders: { Self.clusterHeader(roster) }) { service, headers, stream in
+                relay.dial(
+                    service: service,
+                    device: device,
+                    stream: stream,
+                    resuming: headers.first(name: FabricProtocol.resumeHeader)
+                )
             }
         }
         try channel.pipeline.syncOperations.addHandler(connectionErrorHandler(peer: device.name))

@@ -301,6 +301,11 @@ public final class ControllerServer: Service, Sendable {
     }
 
     /// Circuits an identity holds open through this controller now, as its cap counts them (for tests).
+    /// Closes every connection of the identity, as a network that drops them would (tests: resumption).
+    package func dropConnections(identityID: String) {
+        live.close(identityID: identityID)
+    }
+
     package func openCircuits(identityID: String) -> Int {
         relay.circuitLimiter.open(identityID: identityID)
     }

@@ -147,7 +147,12 @@ final class Relay: Sendable {
     /// Decides a device's circuit: the identity's caps first (`CircuitLimiter`, before any work for a gateway), then
     /// policy, then the first gateway that accepts it. The circuit counts against its identity until its stream
     /// closes, whatever the decision.
-    func dial(service: String, device: IdentityRecord, stream: any Channel) -> EventLoopFuture<CircuitDecision> {
+    func dial(
+        service: String,
+        device: IdentityRecord,
+        stream: any Channel,
+        resuming gateway: String? = nil
+    ) -> EventLoopFuture<CircuitDecision> {
         let started = ContinuousClock.now
         switch circuitLimiter.admit(identityID: device.id) {
         case .admitted:
@@ -166,14 +171,14 @@ final class Relay: Sendable {
             }
             return stream.eventLoop.makeSucceededFuture(CircuitLimiter.decision(cap, limits: circuitLimiter.limits))
         }
-        return decide(service: service, device: device, stream: stream).map { decision in
+        return decide(service: service, device: device, stream: stream, resuming: gateway).map { decision in
             ControllerMetrics.dialDuration.recordNanoseconds(Int64((ContinuousClock.now - started).nanoseconds))
             if case .refuse(_, let code, _) = decision { ControllerMetrics.refusal(code) }
             return decision
         }
     }
 
-    private func decide(service: String, device: IdentityRecord, stream: any Channel)
+    private func decide(service: String, device: IdentityRecord, stream: any Channel, resuming gateway: String?)
         -> EventLoopFuture<CircuitDecision>
     {
         let eventLoop = stream.eventLoop
@@ -214,13 +219,27 @@ final class Relay: Sendable {
             // circuit's stream follows it on every link, so the gateway decides with it.
             PolicyEnforcement(controller: controller, relay: self, live: live, logger: logger).enforce(named: service)
         }
-        let hosts = candidates(for: service, near: stream.eventLoop)
+        var hosts = candidates(for: service, near: stream.eventLoop)
+        if let gateway {
+            // A resumption goes to the gateway that holds the circuit, on any of its links: the gateway, not the
+            // link, holds it. The relay keeps nothing of the circuit; the device names the gateway.
+            hosts = hosts.filter { $0.identity.id == gateway }
+            guard !hosts.isEmpty else {
+                return eventLoop.makeSucceededFuture(
+                    .refuse(
+                        status: 503,
+                        code: "gateway_unavailable",
+                        reason: "the gateway holding the circuit is not linked to this controller right now"
+                    )
+                )
+            }
+        }
         guard !hosts.isEmpty else {
             return eventLoop.makeSucceededFuture(
                 .refuse(status: 503, code: "service_unavailable", reason: "no gateway hosts '\(service)' right now")
             )
         }
-        return attempt(hosts[...], service: service, device: device, deviceStream: stream)
+        return attempt(hosts[...], service: service, device: device, deviceStream: stream, resuming: gateway)
     }
 
     /// The device reset its stream before the circuit was open (nobody reads this answer).
@@ -279,7 +298,8 @@ final class Relay: Sendable {
         _ hosts: ArraySlice<Host>,
         service: String,
         device: IdentityRecord,
-        deviceStream: any Channel
+        deviceStream: any Channel,
+        resuming gateway: String? = nil
     ) -> EventLoopFuture<CircuitDecision> {
         guard let host = hosts.first else {
             return deviceStream.eventLoop.makeSucceededFuture(
@@ -289,7 +309,13 @@ final class Relay: Sendable {
         // A device that reset its stream while the relay was asking a gateway wants nothing any more: ask no other.
         guard deviceStream.isActive else { return deviceStream.eventLoop.makeSucceededFuture(Self.deviceGone) }
         guard hostIsCurrent(host) else {
-            return attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
+            return attempt(
+                hosts.dropFirst(),
+                service: service,
+                device: device,
+                deviceStream: deviceStream,
+                resuming: gateway
+            )
         }
         let opened = host.channel.eventLoop.makePromise(of: Void.self)
         let timeout = host.channel.eventLoop.scheduleTask(in: gatewayTimeout) {
@@ -300,7 +326,10 @@ final class Relay: Sendable {
                 try channel.pipeline.syncOperations.addHandler(
                     CircuitDialer(
                         service: service,
-                        extraHeaders: [(FabricProtocol.deviceNameHeader, device.name)],
+                        extraHeaders: [(FabricProtocol.deviceNameHeader, device.name)]
+                            + (gateway.map {
+                                [(FabricProtocol.resumeHeader, $0), (FabricProtocol.deviceIDHeader, device.id)]
+                            } ?? []),
                         opened: opened
                     )
                 )
@@ -402,7 +431,13 @@ final class Relay: Sendable {
                     ]
                 )
             }
-            return self.attempt(hosts.dropFirst(), service: service, device: device, deviceStream: deviceStream)
+            return self.attempt(
+                hosts.dropFirst(),
+                service: service,
+                device: device,
+                deviceStream: deviceStream,
+                resuming: gateway
+            )
         }.hop(to: deviceStream.eventLoop)
     }
 }

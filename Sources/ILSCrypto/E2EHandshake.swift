@@ -135,13 +135,22 @@ public struct E2ESession {
     public let peer: IdentityCertificate
     public let service: String
     public var suite: E2ESuite { sender.suite }
+    /// What resumes the circuit on a new path: only with a resumable suite (5).
+    public let resume: E2EResumeSecrets?
 
     /// A session from keys agreed elsewhere; the handshake makes the real ones. The fuzz targets use a fixed one.
-    package init(sender: E2ERecordSender, receiver: E2ERecordReceiver, peer: IdentityCertificate, service: String) {
+    package init(
+        sender: E2ERecordSender,
+        receiver: E2ERecordReceiver,
+        peer: IdentityCertificate,
+        service: String,
+        resume: E2EResumeSecrets? = nil
+    ) {
         self.sender = sender
         self.receiver = receiver
         self.peer = peer
         self.service = service
+        self.resume = resume
     }
 }
 

@@ -52,13 +52,14 @@ public struct E2EDirectionKeys {
 /// - keys: `HKDF-SHA256(ikm = X25519 shared secret, salt = transcript, info = "ils-e2e-v3 initiator" or
 ///   "ils-e2e-v3 responder", L = 32)`, one per sending side. The salt binds both keys to the whole transcript (both
 ///   certificates, both ephemeral keys, both nonces, the service and the suites), which both ends sign;
-/// - records: suite 4 (suite 3's records plus CANCEL, `E2ESuite.aes256gcmHKDFCancel`), or suite 3, AES-256-GCM with
-///   its iv and key changes derived by HKDF (`E2ESuite.aes256gcmHKDF`), for a gateway of an earlier release.
+/// - records: suite 5 (suite 4's records plus ACK, resumable: `E2ESuite.aes256gcmHKDFResume`), or, for a gateway of
+///   an earlier release, suite 4 (suite 3's records plus CANCEL, `E2ESuite.aes256gcmHKDFCancel`) or suite 3,
+///   AES-256-GCM with its iv and key changes derived by HKDF (`E2ESuite.aes256gcmHKDF`).
 public struct E2EHandshakeV3: E2EHandshakeVersion {
     public init() {}
 
     public var number: UInt8 { 3 }
-    public var suites: [E2ESuite] { [.aes256gcmHKDFCancel, .aes256gcmHKDF] }
+    public var suites: [E2ESuite] { [.aes256gcmHKDFResume, .aes256gcmHKDFCancel, .aes256gcmHKDF] }
 
     public func transcript(_ parts: [[UInt8]]) -> [UInt8] {
         Array(SHA256.hash(data: E2EHandshake.transcriptInput(version: number, parts)))
@@ -85,11 +86,22 @@ public struct E2EHandshakeV3: E2EHandshakeVersion {
         )
     }
 
+    /// One direction's AES-GCM records under `suite`'s flags (CANCEL from suite 4, ACK from suite 5).
+    private static func records(_ suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64) -> AESGCMRecords {
+        AESGCMRecords(
+            key: key,
+            schedule: .hkdf,
+            recordsPerKey: recordsPerKey,
+            cancel: suite.hasCancel,
+            ack: suite.isResumable
+        )
+    }
+
     public func sender(suite: E2ESuite, key: [UInt8], recordsPerKey: UInt64) -> E2ERecordSender {
-        precondition(suites.contains(suite), "version 3 agrees only suites 4 and 3")
+        precondition(suites.contains(suite), "version 3 agrees only suites 5, 4 and 3")
         return E2ERecordSender(
             suite: suite,
-            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey, cancel: suite.hasCancel)
+            gcm: Self.records(suite, key: key, recordsPerKey: recordsPerKey)
         )
     }
 
@@ -101,7 +113,7 @@ public struct E2EHandshakeV3: E2EHandshakeVersion {
         }
         return E2ERecordReceiver(
             suite: suite,
-            gcm: AESGCMRecords(key: key, schedule: .hkdf, recordsPerKey: recordsPerKey, cancel: suite.hasCancel)
+            gcm: Self.records(suite, key: key, recordsPerKey: recordsPerKey)
         )
     }
 }

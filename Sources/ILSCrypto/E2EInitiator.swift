@@ -102,6 +102,15 @@ public final class E2EInitiator {
         writer.u8(E2EHandshake.MessageType.clientFinished.rawValue)
         writer.fixed(credentials.keyPair.sign(E2EHandshake.signed("initiator", transcript)))
         writer.fixed(sender.header)
-        return (writer.bytes, E2ESession(sender: sender, receiver: receiver, peer: peer, service: service))
+        return (
+            writer.bytes,
+            E2ESession(
+                sender: sender,
+                receiver: receiver,
+                peer: peer,
+                service: service,
+                resume: suite.isResumable ? E2EResumeSecrets(keys: keys) : nil
+            )
+        )
     }
 }

@@ -18,18 +18,25 @@ public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case aes256gcmHKDF = 3
     /// Suite 3's records, plus the CANCEL record (flags `0x02`): a device that offers it says that it ends a circuit
     /// it gives up on with a sealed CANCEL, so the gateway can tell a cancel from a path that was lost (a reset or a
-    /// dead connection without it). Version 3's first choice.
+    /// dead connection without it).
     case aes256gcmHKDFCancel = 4
+    /// Suite 4's records, plus the ACK record (flags `0x04`): a lost path does not end the circuit; both ends hold it
+    /// for a grace window and the device resumes it on a new path (docs/protocol.md, "Resuming a circuit"). Version
+    /// 3's first choice.
+    case aes256gcmHKDFResume = 5
 
     /// Whether the sender of this suite marks a cancel with the sealed CANCEL record.
-    public var hasCancel: Bool { self == .aes256gcmHKDFCancel }
+    public var hasCancel: Bool { self == .aes256gcmHKDFCancel || self == .aes256gcmHKDFResume }
+
+    /// Whether records are acknowledged (ACK) and the circuit outlives a lost path.
+    public var isResumable: Bool { self == .aes256gcmHKDFResume }
 
     /// The bytes each side's handshake message carries for the direction it sends (secretstream's 24-byte header,
     /// `crypto_secretstream_xchacha20poly1305_HEADERBYTES`; AES-GCM needs none: its nonces come from the key).
     public var headerLength: Int {
         switch self {
         case .xchacha20poly1305: 24
-        case .aes256gcm, .aes256gcmHKDF, .aes256gcmHKDFCancel: 0
+        case .aes256gcm, .aes256gcmHKDF, .aes256gcmHKDFCancel, .aes256gcmHKDFResume: 0
         }
     }
 
@@ -39,6 +46,7 @@ public enum E2ESuite: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .aes256gcm: "aes256gcm"
         case .aes256gcmHKDF: "aes256gcm-hkdf-sha256"
         case .aes256gcmHKDFCancel: "aes256gcm-hkdf-sha256-cancel"
+        case .aes256gcmHKDFResume: "aes256gcm-hkdf-sha256-resume"
         }
     }
 }
@@ -105,6 +113,21 @@ public final class E2ERecordSender {
         gcm!.seal(UnsafeRawBufferPointer(start: nil, count: 0), into: output, flags: AESGCMRecords.cancelFlag)
     }
 
+    /// Seals an ACK record (suite 5): "I have opened `count` of your records", 8 bytes big-endian, flags `0x04`.
+    public func sealAck(_ count: UInt64, into output: UnsafeMutableRawBufferPointer) {
+        precondition(suite.isResumable && gcm != nil, "suite \(suite) has no ACK record")
+        withUnsafeBytes(of: count.bigEndian) { plaintext in
+            gcm!.seal(plaintext, into: output, flags: AESGCMRecords.ackFlag)
+        }
+    }
+
+    /// Seals an ACK record into a new array.
+    public func sealAck(_ count: UInt64) -> [UInt8] {
+        var record = [UInt8](repeating: 0, count: E2ERecord.overhead + 8)
+        record.withUnsafeMutableBytes { sealAck(count, into: $0) }
+        return record
+    }
+
     /// Seals the CANCEL record into a new array.
     public func sealCancel() -> [UInt8] {
         var record = [UInt8](repeating: 0, count: E2ERecord.overhead)
@@ -133,6 +156,9 @@ public final class E2ERecordReceiver {
     public private(set) var finished = false
     /// Whether that last record was CANCEL: the peer gave up (suites with `hasCancel` only).
     public private(set) var cancelled = false
+    /// After `open`: the count the record acknowledged if it was an ACK (suite 5), else `nil`. An ACK is no data:
+    /// its 8 bytes of plaintext are the count, not the stream's.
+    public private(set) var acknowledged: UInt64?
 
     package init(suite: E2ESuite, gcm: AESGCMRecords) {
         self.suite = suite
@@ -152,15 +178,21 @@ public final class E2ERecordReceiver {
     public func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(ILSError)
         -> Bool
     {
-        guard !finished, !spent else { throw E2ERecord.invalidRecord }
+        // After FINAL only an ACK may come (suite 5): the peer still acknowledges what this end sends.
+        guard !spent, !finished || (suite.isResumable && record.count > 0 && record[0] == AESGCMRecords.ackFlag)
+        else { throw E2ERecord.invalidRecord }
+        acknowledged = nil
         let final: Bool
         do throws(ILSError) {
             if let other {
                 final = try other.open(record, into: output)
             } else {
                 let flags = try gcm!.open(record, into: output)
-                final = flags != 0
+                final = flags == AESGCMRecords.finalFlag || flags == AESGCMRecords.cancelFlag
                 cancelled = flags == AESGCMRecords.cancelFlag
+                acknowledged =
+                    flags == AESGCMRecords.ackFlag
+                    ? UnsafeRawBufferPointer(output).loadUnaligned(as: UInt64.self).bigEndian : nil
             }
         } catch {
             spent = true
@@ -248,6 +280,8 @@ package struct AESGCMRecords {
     static let finalFlag: UInt8 = 0x01
     /// The CANCEL record's flags (`E2ESuite.hasCancel`): empty, the direction's last, "the peer gave up".
     static let cancelFlag: UInt8 = 0x02
+    /// The ACK record's flags (`E2ESuite.isResumable`): 8 bytes, the count of the peer's records opened so far.
+    static let ackFlag: UInt8 = 0x04
 
     private var key: SymmetricKey
     /// The IV's first 4 bytes and last 8, big-endian: the nonce of record `n` is `ivHead ‖ (ivTail XOR n)`.
@@ -260,9 +294,15 @@ package struct AESGCMRecords {
     /// Which record flags this direction accepts besides `0x00`: FINAL, and CANCEL where the suite has it.
     private let acceptedFlags: Set<UInt8>
 
-    package init(key: [UInt8], schedule: AESGCMKeySchedule, recordsPerKey: UInt64, cancel: Bool = false) {
+    package init(
+        key: [UInt8],
+        schedule: AESGCMKeySchedule,
+        recordsPerKey: UInt64,
+        cancel: Bool = false,
+        ack: Bool = false
+    ) {
         precondition(key.count == Self.keyLength && recordsPerKey > 0)
-        self.acceptedFlags = cancel ? [0, Self.finalFlag, Self.cancelFlag] : [0, Self.finalFlag]
+        self.acceptedFlags = Set([0, Self.finalFlag] + (cancel ? [Self.cancelFlag] : []) + (ack ? [Self.ackFlag] : []))
         self.key = SymmetricKey(data: key)
         let iv = schedule.iv(key)
         self.ivHead = iv[0..<4].reduce(0) { $0 << 8 | UInt32($1) }
@@ -325,7 +365,8 @@ package struct AESGCMRecords {
     ) throws(ILSError) -> UInt8 {
         guard record.count >= E2ERecord.overhead, output.count >= record.count - E2ERecord.overhead,
             acceptedFlags.contains(record[0]),
-            record[0] != Self.cancelFlag || record.count == E2ERecord.overhead
+            record[0] != Self.cancelFlag || record.count == E2ERecord.overhead,
+            record[0] != Self.ackFlag || record.count == E2ERecord.overhead + 8
         else { throw E2ERecord.invalidRecord }
         let length = record.count - E2ERecord.overhead
         let ciphertext = UnsafeRawBufferPointer(rebasing: record[1..<(1 + length)])

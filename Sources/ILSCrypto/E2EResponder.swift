@@ -13,6 +13,7 @@ public final class E2EResponder {
             transcript: [UInt8],
             sender: E2ERecordSender,
             receiveKey: [UInt8],
+            resume: E2EResumeSecrets?,
             version: any E2EHandshakeVersion,
             peer: IdentityCertificate,
             service: String
@@ -113,6 +114,7 @@ public final class E2EResponder {
             transcript: transcript,
             sender: sender,
             receiveKey: keys.initiatorToResponder,
+            resume: suite.isResumable ? E2EResumeSecrets(keys: keys) : nil,
             version: version,
             peer: peer,
             service: service
@@ -123,8 +125,15 @@ public final class E2EResponder {
     /// Checks the device's signature over this handshake's transcript; returns the established session.
     public func receiveClientFinished(_ message: [UInt8]) throws(ILSError) -> E2ESession {
         guard
-            case .awaitingFinished(let transcript, let sender, let receiveKey, let version, let peer, let service) =
-                state
+            case .awaitingFinished(
+                let transcript,
+                let sender,
+                let receiveKey,
+                let resume,
+                let version,
+                let peer,
+                let service
+            ) = state
         else { throw E2EHandshake.failure("unexpected ClientFinished") }
         state = .done
         var reader = HandshakeReader(bytes: message)
@@ -143,6 +152,6 @@ public final class E2EResponder {
             header: peerHeader,
             recordsPerKey: recordsPerKey
         )
-        return E2ESession(sender: sender, receiver: receiver, peer: peer, service: service)
+        return E2ESession(sender: sender, receiver: receiver, peer: peer, service: service, resume: resume)
     }
 }

@@ -25,5 +25,17 @@ public struct E2ECircuitError: Error, Sendable, Hashable, CustomStringConvertibl
         reason: "the device cancelled the circuit"
     )
 
+    /// A resumable circuit's path was lost and no new one came within the grace window: the other end's work on it
+    /// was given up (the gateway cancels the backend request). Not `truncated`: nothing was cut short by the peer.
+    public static let notResumed = E2ECircuitError(
+        code: "not_resumed",
+        reason: "the circuit's path was lost and it could not be resumed within the grace window"
+    )
+
+    /// The circuit could not be resumed, for `reason` (the gateway no longer holds it, it refused, the window ran out).
+    public static func notResumed(because reason: String) -> E2ECircuitError {
+        E2ECircuitError(code: "not_resumed", reason: "the circuit could not be resumed: \(reason)")
+    }
+
     public var description: String { reason }
 }

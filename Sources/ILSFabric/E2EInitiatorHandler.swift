@@ -43,6 +43,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     }
     private var output = Output.open
     private var end = CircuitEnd()
+    private var inbound = InboundRecords()
     private let service: String
 
     /// `version` is the handshake this device speaks: the current one unless a test plays an older device.
@@ -90,6 +91,9 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                     wrapOutboundOut(E2ERecordLayer.frame(finished, allocator: context.channel.allocator)),
                     promise: nil
                 )
+                // Every frame after ClientFinished is a record: the circuit under this handler counts from here.
+                context.triggerUserOutboundEvent(layer.establishedEvent, promise: nil)
+                inbound.established(layer: layer, channel: context.channel)
                 for write in pending.drain() {
                     add(write.buffer, layer: layer, context: context, promise: write.promise)
                     if write.flushAfter, let (plaintext, promise) = batch.drain() {
@@ -114,16 +118,21 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         case .established(let layer):
             do {
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
-                // Only a device cancels: a CANCEL from the gateway's side is no clean end.
-                if final, layer.peerCancelled {
-                    fail(context, E2ECircuitError.truncated)
+                if let count = layer.acknowledged {
+                    inbound.openedAck()
+                    context.triggerUserOutboundEvent(CircuitRecordsEvent.acknowledged(count), promise: nil)
                     return
                 }
-                if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
-                if final {
-                    end.finalReceived()
-                    context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+                if final { context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil) }
+                // Only a device cancels: a CANCEL from the gateway's side is no clean end.
+                if final, layer.peerCancelled {
+                    // The gateway cut the answer short (its backend failed): after what came before it, in order.
+                    if let item = inbound.cancelled() { deliver(item, context: context) }
+                    return
                 }
+                if final { end.finalReceived() }
+                if let item = inbound.opened(plaintext, final: final) { deliver(item, context: context) }
+                if inbound.overflowed { fail(context, E2EResponderHandler.overflow) }
             } catch {
                 fail(context, error)
             }
@@ -140,9 +149,47 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
             context.fireUserInboundEventTriggered(event)
             return
         }
-        if end.reportTruncation() {
+        if let item = inbound.unsealedEnd() { deliver(item, context: context) }
+    }
+
+    /// Hands one opened record (or the unsealed end: a cut) to the layer above.
+    private func deliver(_ item: InboundRecords.Item, context: ChannelHandlerContext) {
+        switch item {
+        case .record(let plaintext, let final):
+            if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+            if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+        case .unsealedEnd:
+            guard end.reportTruncation() else { return }
+            // What came before the cut goes out first (a glue flushes at read-complete; the cut resets its socket).
+            context.fireChannelReadComplete()
+            fail(context, E2ECircuitError.truncated)
+        case .cancelled:
+            context.fireChannelReadComplete()
             fail(context, E2ECircuitError.truncated)
         }
+    }
+
+    public func read(context: ChannelHandlerContext) {
+        let items = inbound.readRequested()
+        guard !items.isEmpty else {
+            context.read()
+            return
+        }
+        for item in items { deliver(item, context: context) }
+        channelReadComplete(context: context)
+    }
+
+    public func channelReadComplete(context: ChannelHandlerContext) {
+        inbound.readCompleted()
+        context.fireChannelReadComplete()
+        guard case .established(let layer) = state, output.isOpen else { return }
+        let due = inbound.ackDue(layer: layer, on: context.eventLoop) { [weak self] in
+            guard let self, case .established(let layer) = self.state, self.output.isOpen,
+                let count = self.inbound.acknowledgeNow()
+            else { return }
+            layer.writeAck(count, to: context)
+        }
+        if let due { layer.writeAck(due, to: context) }
     }
 
     /// A reset of the established circuit's stream that this side did not ask for is a truncation (reported once,
@@ -252,10 +299,15 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
+        inbound.stop()
         dropOutput(ChannelError.ioOnClosedChannel)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
+        inbound.stop()
+        let waiting = inbound.drainAll()
+        for item in waiting { deliver(item, context: context) }
+        if !waiting.isEmpty { context.fireChannelReadComplete() }
         if case .established = state, end.reportTruncation() {
             context.fireErrorCaught(E2ECircuitError.truncated)
         }

@@ -63,6 +63,30 @@ package struct E2ERecordLayer {
     /// Whether the peer's last record was CANCEL.
     package var peerCancelled: Bool { session.receiver.cancelled }
 
+    /// After `open`: the count the record acknowledged if it was an ACK (its plaintext is not the stream's).
+    package var acknowledged: UInt64? { session.receiver.acknowledged }
+
+    package var isResumable: Bool { session.sender.suite.isResumable }
+
+    /// What the circuit under the handler learns at the handshake's end.
+    package var establishedEvent: CircuitRecordsEvent {
+        .established(secrets: session.resume, peerID: session.peer.id)
+    }
+
+    /// Writes the framed ACK record for `count` through `context` and flushes (only with a resumable suite). An ACK
+    /// may follow the direction's FINAL record: the peer's direction can still be sending.
+    package func writeAck(_ count: UInt64, to context: ChannelHandlerContext) {
+        guard session.sender.suite.isResumable else { return }
+        let length = E2ERecord.overhead + 8
+        var record = context.channel.allocator.buffer(capacity: 4 + length)
+        record.writeInteger(UInt32(length))
+        _ = record.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { output in
+            session.sender.sealAck(count, into: UnsafeMutableRawBufferPointer(rebasing: output.prefix(length)))
+            return length
+        }
+        context.writeAndFlush(NIOAny(record), promise: nil)
+    }
+
     /// Writes the framed CANCEL record through `context` (only where `hasCancel`).
     package func writeCancel(to context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         var record = context.channel.allocator.buffer(capacity: 4 + E2ERecord.overhead)
@@ -199,5 +223,133 @@ struct PendingWrites {
     mutating func fail(_ error: any Error) {
         for write in writes { write.promise?.fail(error) }
         writes = []
+    }
+}
+
+/// What an end-to-end handler has opened and the layer above has not asked for yet, and the ACKs for what it took.
+///
+/// A resumable circuit's path reads freely (`CircuitPathHandler`): the peer's ACKs must be read even while the layer
+/// above reads nothing (the gateway's HTTP server reads no request while it writes a response, and a download's
+/// ACKs come from the device then). So records are opened as they come, and what the layer above has not asked for
+/// (`read`) waits here, in order with the direction's end. The flow control that the HTTP/2 window gave is the
+/// peer's retention instead: an end acknowledges only records handed up, and a sender keeps at most
+/// `CircuitRetention.maximumPerCircuit` unacknowledged; a peer that sends past that is refused (`overflowed`).
+///
+/// Without a resumable suite the path reads only when asked (as before): the queue holds at most one read's worth
+/// and nothing is acknowledged.
+struct InboundRecords {
+    enum Item {
+        /// A data record's plaintext (possibly empty); `final` if it was the peer's FINAL.
+        case record(ByteBuffer, final: Bool)
+        /// END_STREAM without FINAL.
+        case unsealedEnd
+        /// The gateway's CANCEL: it cut the answer short on purpose (suite 5).
+        case cancelled
+    }
+
+    private var queue = CircularBuffer<Item>()
+    private var queuedBytes = 0
+    /// The layer above asked for a read that no read-complete has answered.
+    private var wanted = false
+    /// Records handed up (an ACK needs no handing: counted when opened), and how many the last ACK covered.
+    private var delivered: UInt64 = 0
+    private var acknowledged: UInt64 = 0
+    private var unacknowledgedBytes = 0
+    /// A record was handed up since the last ACK (ACKs alone are not acknowledged).
+    private var pending = false
+    private var ackTimer: Scheduled<Void>?
+
+    /// ACK after this many records or bytes handed up, or `ackDelay` after the first one not yet acknowledged.
+    static let ackEveryRecords: UInt64 = 16
+    static let ackEveryBytes = 256 * 1024
+    static let ackDelay: TimeAmount = .seconds(1)
+    /// What may wait here: the most a peer may send unacknowledged, plus one record.
+    static let limit = CircuitRetention.maximumPerCircuit + RecordLimits.maximumPlaintext + 64
+
+    /// Whether records wait for the layer above to ask: only on a resumable circuit over a `CircuitChannel`, whose
+    /// path reads freely. Anywhere else the channel below reads only when asked, and records go up as they open.
+    private var gated = false
+
+    /// Whether what waits is beyond what a peer may send unacknowledged.
+    var overflowed: Bool { queuedBytes > Self.limit }
+
+    /// The handshake is done on `channel` with `layer`.
+    mutating func established(layer: E2ERecordLayer, channel: any Channel) {
+        gated = layer.isResumable && channel is CircuitChannel
+    }
+
+    /// An ACK record was opened.
+    mutating func openedAck() { delivered += 1 }
+
+    /// A data record was opened: returns it to hand up now, or nil if it waits.
+    mutating func opened(_ plaintext: ByteBuffer, final: Bool) -> Item? {
+        enqueue(.record(plaintext, final: final))
+    }
+
+    /// The peer's END_STREAM without FINAL: in order after what waits.
+    mutating func unsealedEnd() -> Item? { enqueue(.unsealedEnd) }
+
+    /// The peer's CANCEL, in order after what waits.
+    mutating func cancelled() -> Item? { enqueue(.cancelled) }
+
+    private mutating func enqueue(_ item: Item) -> Item? {
+        if !gated || (wanted && queue.isEmpty) {
+            handedUp(item)
+            return item
+        }
+        if case .record(let buffer, _) = item { queuedBytes += buffer.readableBytes }
+        queue.append(item)
+        return nil
+    }
+
+    private mutating func handedUp(_ item: Item) {
+        guard case .record(let buffer, _) = item else { return }
+        delivered += 1
+        unacknowledgedBytes += buffer.readableBytes
+        pending = true
+    }
+
+    /// The layer above asks for a read: what waited, all of it (then a read-complete), or nothing.
+    mutating func readRequested() -> [Item] {
+        wanted = true
+        return drainAll()
+    }
+
+    /// Everything that waits (also at the circuit's close: handed up before it goes inactive, as NIO's channels do).
+    mutating func drainAll() -> [Item] {
+        guard !queue.isEmpty else { return [] }
+        let items = Array(queue)
+        queue.removeAll()
+        queuedBytes = 0
+        for item in items { handedUp(item) }
+        return items
+    }
+
+    mutating func readCompleted() { wanted = false }
+
+    /// The count to acknowledge now, if one is due (`layer` resumable); else arms the delayed ACK with `later`.
+    mutating func ackDue(layer: E2ERecordLayer, on eventLoop: any EventLoop, later: @escaping () -> Void) -> UInt64? {
+        guard layer.isResumable, pending else { return nil }
+        if delivered - acknowledged >= Self.ackEveryRecords || unacknowledgedBytes >= Self.ackEveryBytes {
+            return acknowledgeNow()
+        }
+        if ackTimer == nil { ackTimer = eventLoop.assumeIsolated().scheduleTask(in: Self.ackDelay, later) }
+        return nil
+    }
+
+    /// The count to acknowledge when the delayed ACK fires (nil if nothing new).
+    mutating func acknowledgeNow() -> UInt64? {
+        ackTimer?.cancel()
+        ackTimer = nil
+        guard pending else { return nil }
+        pending = false
+        acknowledged = delivered
+        unacknowledgedBytes = 0
+        return delivered
+    }
+
+    mutating func stop() {
+        ackTimer?.cancel()
+        ackTimer = nil
     }
 }

@@ -47,6 +47,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private let onCancelled: @Sendable () -> Void
     private var batch = RecordBatch()
     private var end = CircuitEnd()
+    private var inbound = InboundRecords()
     /// The FINAL record has been sent: the gateway's direction is over.
     private var outputClosed = false
 
@@ -79,11 +80,16 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
+        inbound.stop()
         batch.fail(ChannelError.ioOnClosedChannel)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
+        inbound.stop()
+        let waiting = inbound.drainAll()
+        for item in waiting { deliver(item, context: context) }
+        if !waiting.isEmpty { context.fireChannelReadComplete() }
         batch.fail(ChannelError.ioOnClosedChannel)
         if case .established = state, end.reportTruncation() {
             context.fireErrorCaught(E2ECircuitError.truncated)
@@ -118,9 +124,59 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
             context.fireUserInboundEventTriggered(event)
             return
         }
+        if let item = inbound.unsealedEnd() { deliver(item, context: context) }
+    }
+
+    /// Hands one opened record (or the unsealed end) to the layer above.
+    private func deliver(_ item: InboundRecords.Item, context: ChannelHandlerContext) {
+        switch item {
+        case .record(let plaintext, let final):
+            if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+            if final { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+        case .unsealedEnd:
+            deliverUnsealedEnd(context: context)
+        case .cancelled:
+            break
+        }
+    }
+
+    /// A peer that sends further ahead of its ACKs than any end may keep (`InboundRecords.limit`).
+    static let overflow = ILSError(
+        ILSError.Code("e2e_window_exceeded", exitCode: 70),
+        "the device sent more than a circuit may carry unacknowledged; the circuit is closed"
+    )
+
+    public func read(context: ChannelHandlerContext) {
+        let items = inbound.readRequested()
+        guard !items.isEmpty else {
+            context.read()
+            return
+        }
+        for item in items { deliver(item, context: context) }
+        channelReadComplete(context: context)
+    }
+
+    public func channelReadComplete(context: ChannelHandlerContext) {
+        inbound.readCompleted()
+        context.fireChannelReadComplete()
+        acknowledge(context: context)
+    }
+
+    private func acknowledge(context: ChannelHandlerContext) {
+        guard case .established(let layer) = state, !outputClosed else { return }
+        let due = inbound.ackDue(layer: layer, on: context.eventLoop) { [weak self] in
+            guard let self, case .established(let layer) = self.state, !self.outputClosed,
+                let count = self.inbound.acknowledgeNow()
+            else { return }
+            layer.writeAck(count, to: context)
+        }
+        if let due { layer.writeAck(due, to: context) }
+    }
+
+    private func deliverUnsealedEnd(context: ChannelHandlerContext) {
         if end.reportTruncation() {
             if unsealedEnd(context.channel) == .endOfInput {
-                context.fireUserInboundEventTriggered(event)
+                context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
                 return
             }
             context.fireErrorCaught(E2ECircuitError.truncated)
@@ -157,7 +213,10 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 )
             case .awaitingFinished(let responder):
                 let session = try responder.receiveClientFinished(Array(frame.readableBytesView))
-                state = .established(E2ERecordLayer(session: session))
+                let layer = E2ERecordLayer(session: session)
+                state = .established(layer)
+                context.triggerUserOutboundEvent(layer.establishedEvent, promise: nil)
+                inbound.established(layer: layer, channel: context.channel)
                 handshakeTimer?.cancel()
                 handshakeTimer = nil
                 let event = E2EEstablishedEvent(
@@ -168,6 +227,12 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 context.fireUserInboundEventTriggered(event)
             case .established(let layer):
                 let (plaintext, final) = try layer.open(frame, allocator: context.channel.allocator)
+                if let count = layer.acknowledged {
+                    inbound.openedAck()
+                    context.triggerUserOutboundEvent(CircuitRecordsEvent.acknowledged(count), promise: nil)
+                    return
+                }
+                if final { context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil) }
                 if final, layer.peerCancelled {
                     // The device gave up, and said so under the circuit's key: the backend's work stops now. The
                     // reset that follows is its own doing, not a cut to report.
@@ -178,11 +243,9 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                     context.close(promise: nil)
                     return
                 }
-                if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
-                if final {
-                    end.finalReceived()
-                    context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
-                }
+                if final { end.finalReceived() }
+                if let item = inbound.opened(plaintext, final: final) { deliver(item, context: context) }
+                if inbound.overflowed { throw Self.overflow }
             case .failed:
                 break
             }
@@ -236,6 +299,13 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         guard case .established(let layer) = state, !outputClosed, mode == .output || end.peerFinished else {
             if mode == .all { end.closing() }
             batch.fail(ChannelError.ioOnClosedChannel)
+            // Cutting an answer short on purpose (the backend failed mid-response): with a resumable suite the device
+            // is told under the circuit's key, or it would take the reset for a lost path and try to resume.
+            if mode == .all, !outputClosed, case .established(let layer) = state, layer.isResumable {
+                outputClosed = true
+                layer.writeCancel(to: context, promise: nil)
+                context.flush()
+            }
             context.close(mode: mode, promise: promise)
             return
         }

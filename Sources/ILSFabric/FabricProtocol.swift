@@ -15,6 +15,13 @@ public enum FabricProtocol {
     /// Informational headers the controller adds when it opens a circuit to a gateway. The gateway never trusts
     /// them; it learns who the device is from the end-to-end handshake.
     public static let deviceNameHeader = "ils-device-name"
+    /// On a device's `CONNECT`: the stream resumes a held circuit (docs/protocol.md, "Resuming a circuit"), whose
+    /// gateway is the identity id given. The relay sends it only to that gateway's links, with the header as it came
+    /// and `deviceIDHeader`.
+    public static let resumeHeader = "ils-resume"
+    /// The device's identity id, from its certificate, on a resumption the relay opens to a gateway: the gateway
+    /// resumes a circuit only for the identity it was made with.
+    public static let deviceIDHeader = "ils-device-id"
     /// Header of the gateway's answer on the control stream: the service it hosts.
     public static let serviceHeader = "ils-service"
     /// Path of the control stream the controller opens first on a gateway connection.

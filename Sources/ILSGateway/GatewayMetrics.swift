@@ -7,6 +7,9 @@ enum GatewayMetrics {
     static let circuitsTotal = Counter(label: "ils_gateway_circuits_total")
     /// Circuits the device ended with its sealed CANCEL record (suite 4): it gave up, as opposed to a path lost.
     static let circuitsCancelled = Counter(label: "ils_gateway_circuits_cancelled_total")
+    /// Circuits moved to a new path by the device's resumption (suite 5), and those that ran out of grace.
+    static let circuitsResumed = Counter(label: "ils_gateway_circuits_resumed_total")
+    static let circuitsNotResumed = Counter(label: "ils_gateway_circuits_not_resumed_total")
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")

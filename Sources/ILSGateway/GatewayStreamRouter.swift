@@ -163,6 +163,11 @@ public final class GatewayPolicy: Sendable {
     /// Whether the gateway itself would refuse this identity.
     public func blocks(_ identityID: String) -> Bool { revoked.withLockedValue { $0.contains(identityID) } }
 
+    /// Whether a circuit of `identityID` may go on (a resumption): not blocked, and every grant holds it.
+    package func stillAdmits(_ identityID: String) -> Bool {
+        !blocks(identityID) && (grants.withLockedValue { $0.allows(identityID) } ?? true)
+    }
+
     /// How many circuits are live (for tests and metrics).
     public var liveCircuits: Int { circuits.withLockedValue { $0.values.reduce(0) { $0 + $1.count } } }
 
@@ -259,6 +264,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
         var handshakeTimeout = E2EResponderHandler.handshakeTimeout
         /// The connection's binding: circuits wait for it (nil: they do not wait).
         var binding: LinkBinding?
+        /// The gateway's resumable circuits (shared by all its links: a circuit resumes on whichever link the relay
+        /// picks) and what each may hold for resumption.
+        var circuits = ResumableCircuits()
+        var retention = CircuitRetention.standard
     }
 
     /// A connection's `Context`, shared by reference by every stream's router and every circuit's handshake
@@ -323,7 +332,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
     /// Hands the stream to a `CircuitAcceptor` (and the end-to-end handshake after it), with its first frames.
     private func startCircuit(context: ChannelHandlerContext, head: NIOAny, then frames: [NIOAny] = []) {
         let shared = self.shared
-        let acceptor = CircuitAcceptor { service, _, stream in
+        let acceptor = CircuitAcceptor { service, headers, stream in
             guard service == shared.context.service else {
                 return stream.eventLoop.makeSucceededFuture(
                     .refuse(
@@ -337,7 +346,31 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                 .accept(install: { pipeline in
                     try pipeline.addHandler(StreamDataCodec())
                     try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                    try pipeline.addHandler(
+                    if headers.first(name: FabricProtocol.resumeHeader) != nil {
+                        try shared.context.circuits.acceptResumption(
+                            on: pipeline,
+                            deviceID: headers.first(name: FabricProtocol.deviceIDHeader),
+                            timeout: shared.context.handshakeTimeout
+                        ) { identityID in
+                            guard shared.context.policy.stillAdmits(identityID) else {
+                                GatewayMetrics.refusal("resume")
+                                return "the identity may no longer use this circuit"
+                            }
+                            GatewayMetrics.circuitsResumed.increment()
+                            return nil
+                        }
+                        return
+                    }
+                    let path = CircuitPathHandler()
+                    try pipeline.addHandler(path)
+                    let circuit = CircuitChannel(
+                        eventLoop: stream.eventLoop,
+                        allocator: stream.allocator,
+                        retention: shared.context.retention
+                    )
+                    circuit.register(in: shared.context.circuits)
+                    circuit.start(on: path)
+                    try circuit.pipeline.syncOperations.addHandler(
                         E2EResponderHandler(
                             credentials: shared.context.credentials,
                             versions: E2EHandshakeVersions.all,

@@ -39,6 +39,9 @@ public final class OverlayGateway: Service, Sendable {
     private let core: ProxyCore
     private let logger: Logger
     private let policy = GatewayPolicy()
+    /// Every resumable circuit, attached or held, for a resumption to find whichever link it comes on.
+    private let circuits = ResumableCircuits { GatewayMetrics.circuitsNotResumed.increment() }
+    private let retention: CircuitRetention
     private let eventLoop: any EventLoop
     private let links: NIOLockedValueBox<Links>
     /// Connect loops to start (a new replica, or more relay loops learnt from one); `run` starts one for each.
@@ -133,7 +136,8 @@ public final class OverlayGateway: Service, Sendable {
         proxy: ProxyConfiguration,
         logger: Logger,
         handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout,
-        keepalive: FabricKeepalive = .standard
+        keepalive: FabricKeepalive = .standard,
+        retention: CircuitRetention = .standard
     ) throws(ILSError) {
         guard identity.identity.role == .gateway else {
             throw ILSError(
@@ -148,6 +152,7 @@ public final class OverlayGateway: Service, Sendable {
         self.service = service
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
+        self.retention = retention
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
@@ -242,7 +247,20 @@ public final class OverlayGateway: Service, Sendable {
         }
         starts.continuation.finish()
         for channel in channels { channel.close(promise: nil) }
+        // Held circuits have no link to close with: they end now, and their backend requests with them.
+        circuits.closeAll()
     }
+
+    /// Resumable circuits open now, and how many of them are held (their path lost, waiting for the device).
+    public var resumableCircuits: (registered: Int, held: Int) { circuits.counts }
+
+    /// Resumptions this gateway accepted.
+    public var resumedCount: Int { circuits.resumed }
+    /// Held circuits whose grace window ran out here.
+    public var expiredCount: Int { circuits.expired }
+
+    /// The bytes this gateway's circuits keep for resumption (what the devices have not acknowledged).
+    public var retainedBytes: Int { retention.budget.bytes }
 
     /// Whether the gateway's own block list holds this identity (revoked or disabled).
     public func blocks(identityID: String) -> Bool { policy.blocks(identityID) }
@@ -548,6 +566,8 @@ public final class OverlayGateway: Service, Sendable {
         )
         settings.controller = key.controller.description
         settings.handshakeTimeout = handshakeTimeout
+        settings.circuits = circuits
+        settings.retention = retention
         settings.onBound = { [weak self] connection, relayLoop, relayLoops in
             self?.bound(key, connection: connection, relayLoop: relayLoop, relayLoops: relayLoops)
         }

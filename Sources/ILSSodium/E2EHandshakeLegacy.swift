@@ -77,7 +77,7 @@ public enum E2ERecordSuites {
             E2ERecordSender(suite: suite, sealer: SecretStreamSender(key: key))
         case .aes256gcm:
             E2ERecordSender(suite: suite, gcm: AESGCMRecords(key: key, schedule: blake2b, recordsPerKey: recordsPerKey))
-        case .aes256gcmHKDF, .aes256gcmHKDFCancel:
+        case .aes256gcmHKDF, .aes256gcmHKDFCancel, .aes256gcmHKDFResume:
             E2EHandshakeV3().sender(suite: suite, key: key, recordsPerKey: recordsPerKey)
         }
     }
@@ -97,7 +97,7 @@ public enum E2ERecordSuites {
                 suite: suite,
                 gcm: AESGCMRecords(key: key, schedule: blake2b, recordsPerKey: recordsPerKey)
             )
-        case .aes256gcmHKDF, .aes256gcmHKDFCancel:
+        case .aes256gcmHKDF, .aes256gcmHKDFCancel, .aes256gcmHKDFResume:
             return try E2EHandshakeV3().receiver(suite: suite, key: key, header: header, recordsPerKey: recordsPerKey)
         }
     }

@@ -22,6 +22,7 @@ public final class TestBackend: Sendable {
             var streamsCompleted = 0
             var eventsSent = 0
             var bytesWritten = 0
+            var bytesReceived = 0
             var lastHeaders: [(String, String)] = []
             var targets: [String] = []
         }
@@ -39,6 +40,8 @@ public final class TestBackend: Sendable {
         public var eventsSent: Int { state.withLockedValue { $0.eventsSent } }
         /// Body bytes written by `/bytes` so far.
         public var bytesWritten: Int { state.withLockedValue { $0.bytesWritten } }
+        /// Body bytes `/upload` has read so far, across all requests.
+        public var bytesReceived: Int { state.withLockedValue { $0.bytesReceived } }
         public var lastHeaders: [(String, String)] { state.withLockedValue { $0.lastHeaders } }
         /// The request targets (`/health?probe=3`) the backend was sent, oldest first: the last 10,000.
         public var targets: [String] { state.withLockedValue { $0.targets } }

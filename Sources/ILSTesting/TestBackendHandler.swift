@@ -55,6 +55,7 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
             if case .upload(var hash, let count) = route {
                 buffer.withUnsafeReadableBytes { hash.update(bufferPointer: $0) }
                 route = .upload(hash, count + buffer.readableBytes)
+                record.update { $0.bytesReceived += buffer.readableBytes }
             }
         case .end:
             if case .switching(let head) = route {

@@ -3,7 +3,7 @@ public import ILSClient
 public import ILSController
 public import ILSCore
 import ILSCrypto
-import ILSFabric
+public import ILSFabric
 public import ILSGateway
 public import ILSProxy
 public import ILSStore
@@ -193,12 +193,16 @@ public final class TestCluster: @unchecked Sendable {
     /// Adds a gateway of `service` with a fresh backend, and waits until the controller lets it host. Returns the
     /// backend.
     @discardableResult
-    public func addGateway(name: String, service: String = "claude-api", attributes: [String] = []) async throws
-        -> TestBackend
-    {
+    public func addGateway(
+        name: String,
+        service: String = "claude-api",
+        attributes: [String] = [],
+        retention: CircuitRetention? = nil
+    ) async throws -> TestBackend {
         let (gateway, backend) = try await startGateway(
             identity: try await enroll(name, role: .gateway, attributes: attributes),
-            service: service
+            service: service,
+            retention: retention
         )
         guard await Self.eventually(TestTiming.hangGuard, { gateway.isHosting }) else {
             throw ILSError(.unavailable, "gateway never hosted")
@@ -208,7 +212,13 @@ public final class TestCluster: @unchecked Sendable {
 
     /// Starts a gateway of `service` with `identity` and a fresh backend, without waiting for it to host (a test of
     /// a refused binding); `stop` ends both.
-    public func startGateway(identity: IdentityFile, service: String) async throws -> (OverlayGateway, TestBackend) {
+    /// `retention` defaults to the standard grace and bounds with a budget of the gateway's own, so its
+    /// `retainedBytes` is its circuits' alone.
+    public func startGateway(
+        identity: IdentityFile,
+        service: String,
+        retention: CircuitRetention? = nil
+    ) async throws -> (OverlayGateway, TestBackend) {
         let backend = try await TestBackend.start()
         var proxy = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
         configureProxy(&proxy)
@@ -217,7 +227,8 @@ public final class TestCluster: @unchecked Sendable {
             service: service,
             proxy: proxy,
             logger: logger,
-            handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout)
+            handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout),
+            retention: retention ?? CircuitRetention(budget: RetentionBudget(limit: CircuitRetention.defaultTotal))
         )
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)

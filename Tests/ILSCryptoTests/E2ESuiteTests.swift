@@ -52,7 +52,7 @@ struct E2ESuiteTests {
     }
 
     @Test(
-        "a device of this build speaks version 3, offers suites 4 then 3, and agrees suite 4 (with CANCEL) with a gateway"
+        "a device of this build speaks version 3, offers suites 5, 4 and 3, and agrees suite 5 (resumable) with a gateway"
     )
     func versionThreeIsTheDefault() throws {
         let parties = try E2EParties()
@@ -60,15 +60,31 @@ struct E2ESuiteTests {
         let hello = initiator.clientHello()
         #expect(hello[1] == 3)
         #expect(
-            Array(hello.suffix(4)) == [0, 2, E2ESuite.aes256gcmHKDFCancel.rawValue, E2ESuite.aes256gcmHKDF.rawValue]
+            Array(hello.suffix(5)) == [
+                0, 3, E2ESuite.aes256gcmHKDFResume.rawValue, E2ESuite.aes256gcmHKDFCancel.rawValue,
+                E2ESuite.aes256gcmHKDF.rawValue,
+            ]
         )
         let responder = Self.gateway(parties)
         let serverHello = try responder.receiveClientHello(hello).serverHello
-        #expect(serverHello[1] == 3 && serverHello[2] == E2ESuite.aes256gcmHKDFCancel.rawValue)
+        #expect(serverHello[1] == 3 && serverHello[2] == E2ESuite.aes256gcmHKDFResume.rawValue)
         let (finished, device) = try initiator.receiveServerHello(serverHello)
         let gateway = try responder.receiveClientFinished(finished)
-        #expect(device.suite == .aes256gcmHKDFCancel && gateway.suite == .aes256gcmHKDFCancel)
+        #expect(device.suite == .aes256gcmHKDFResume && gateway.suite == .aes256gcmHKDFResume)
+        // Both ends derive the same resumption secrets; the relay, which sees neither key, cannot.
+        #expect(device.resume?.circuitID == gateway.resume?.circuitID && device.resume != nil)
         try Self.exchange((device, gateway))
+        // A gateway of the previous release (suites 4 and 3) agrees suite 4, and nothing is resumable.
+        let previous = E2EResponder(
+            credentials: parties.gateway,
+            versions: [E2EHandshake.version],
+            suites: [.aes256gcmHKDFCancel, .aes256gcmHKDF]
+        )
+        let initiator4 = E2EInitiator(credentials: parties.device, service: "claude-api")
+        let answer4 = try previous.receiveClientHello(initiator4.clientHello()).serverHello
+        let (finished4, device4) = try initiator4.receiveServerHello(answer4)
+        #expect(device4.suite == .aes256gcmHKDFCancel && device4.resume == nil)
+        #expect(try previous.receiveClientFinished(finished4).resume == nil)
         // ILSCrypto alone (what ILSClient links) answers version 3 and nothing older.
         let v3Only = E2EResponder(credentials: parties.gateway)
         #expect(throws: ILSError.self) {
@@ -82,6 +98,7 @@ struct E2ESuiteTests {
     func versionThreeRefusesOldSuites() throws {
         let parties = try E2EParties()
         var hello = E2EInitiator(credentials: parties.device, service: "claude-api").clientHello()
+        hello[hello.count - 3] = E2ESuite.aes256gcm.rawValue
         hello[hello.count - 2] = E2ESuite.aes256gcm.rawValue
         hello[hello.count - 1] = E2ESuite.aes256gcm.rawValue
         #expect(throws: ILSError.self) { _ = try Self.gateway(parties).receiveClientHello(hello) }

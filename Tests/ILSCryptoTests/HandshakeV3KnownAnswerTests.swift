@@ -75,6 +75,83 @@ struct HandshakeV3KnownAnswerTests {
     }
 }
 
+extension HandshakeV3KnownAnswerTests {
+    @Test("suite 5: the ACK record's known answer; it carries its count, may follow FINAL, and suite 4 refuses it")
+    func ackRecord() throws {
+        let key = [UInt8](repeating: 0x11, count: 32)
+        let sender = E2EHandshakeV3().sender(suite: .aes256gcmHKDFResume, key: key, recordsPerKey: 2)
+        let records = [sender.seal(Array("hi".utf8)), sender.sealAck(1)]
+        #expect(Self.hex(records[0]) == "0004d92e3162621fa6261d133e3e724f33bcd6")
+        #expect(Self.hex(records[1]) == "047a4e9d040adc086e2410bc2fe063b3ee103dec24f00ead13")
+        let receiver = try E2EHandshakeV3().receiver(
+            suite: .aes256gcmHKDFResume,
+            key: key,
+            header: [],
+            recordsPerKey: 2
+        )
+        #expect(try receiver.open(records[0]).plaintext == Array("hi".utf8) && receiver.acknowledged == nil)
+        let ack = try receiver.open(records[1])
+        #expect(!ack.final && receiver.acknowledged == 1)
+        // After FINAL the peer may still acknowledge; nothing else may follow.
+        #expect(try receiver.open(sender.seal([], final: true)).final)
+        _ = try receiver.open(sender.sealAck(2))
+        #expect(receiver.acknowledged == 2)
+        #expect(throws: ILSError.self) { _ = try receiver.open(sender.seal(Array("x".utf8))) }
+        // Suite 4 has no ACK.
+        let old = try E2EHandshakeV3().receiver(suite: .aes256gcmHKDFCancel, key: key, header: [], recordsPerKey: 2)
+        _ = try old.open(records[0])
+        #expect(throws: ILSError.self) { _ = try old.open(records[1]) }
+    }
+
+    @Test("resumption: the circuit id and key from the direction keys, and RESUME and RESUMED known answers")
+    func resumeMessages() throws {
+        let keys = E2EDirectionKeys(
+            initiatorToResponder: Self.bytes("c67f4787d4513ca8f9bf14b4762c2d0c168cf37af021335d65016d6b0666354f"),
+            responderToInitiator: Self.bytes("924e4943304ffd64ad972352f9a1c9709631cc7a3d5ac55c82e6eabc996c6e39")
+        )
+        let secrets = E2EResumeSecrets(keys: keys)
+        #expect(Self.hex(secrets.circuitID) == "ef769db71b221309a4bb4e4a9f286f99")
+        let request = E2EResumeMessage(kind: .request, circuitID: secrets.circuitID, attempt: 1, received: 5)
+            .sealed(with: secrets)
+        #expect(
+            Self.hex(request)
+                == "5201ef769db71b221309a4bb4e4a9f286f99000000010000000000000005"
+                + "e825d055c7fbfb02bbe89607ad6de739140d5b22df5e4caea7a353e0260565fa"
+        )
+        let answer = E2EResumeMessage(kind: .answer, circuitID: secrets.circuitID, attempt: 1, received: 7)
+            .sealed(with: secrets)
+        #expect(
+            Self.hex(answer)
+                == "5301ef769db71b221309a4bb4e4a9f286f9900000001000000000000000753ca943d314df8681cc8d416a634783654aa9853d378f03fc1b8ae5742a4b709"
+        )
+        let parsed = try E2EResumeMessage.parse(request)
+        #expect(parsed.attempt == 1 && parsed.received == 5 && parsed.kind == .request && parsed.verify(with: secrets))
+        // One bit changed anywhere, or another circuit's key: not verified.
+        var altered = request
+        altered[25] ^= 1
+        #expect(!(try E2EResumeMessage.parse(altered)).verify(with: secrets))
+        let other = E2EResumeSecrets(
+            keys: E2EDirectionKeys(
+                initiatorToResponder: keys.responderToInitiator,
+                responderToInitiator: keys.initiatorToResponder
+            )
+        )
+        #expect(!parsed.verify(with: other))
+        #expect(throws: ILSError.self) { _ = try E2EResumeMessage.parse(Array(request.dropLast())) }
+    }
+
+    static func bytes(_ hex: String) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            out.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return out
+    }
+}
+
 @Suite("The build's AEAD path")
 struct AEADPathTests {
     /// CI runs the device side's suites a second time with `ILS_AEAD=swift-crypto-api` (deploy/apple-path.sh); this

@@ -223,7 +223,11 @@ final class FrameCounter: ChannelInboundHandler, Sendable {
     var frames: Int { count.withLockedValue { $0 } }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        count.withLockedValue { $0 += 1 }
+        // An ACK record (flags 0x04, 8 bytes sealed: suite 5) is no part of the answer; the gateway sends one a
+        // second after the request if nothing else acknowledged it.
+        let frame = unwrapInboundIn(data)
+        let isAck = frame.readableBytes == E2ERecord.overhead + 8 && frame.getInteger(at: frame.readerIndex) == UInt8(4)
+        if !isAck { count.withLockedValue { $0 += 1 } }
         context.fireChannelRead(data)
     }
 }

@@ -88,7 +88,9 @@ struct ReplicaTests {
         }
     }
 
-    @Test("a tunnel whose controller goes away mid-circuit carries its next request through the next one")
+    @Test(
+        "a tunnel whose controller goes away mid-circuit resumes it through the next one: its client sees every event once; the next request goes there too"
+    )
     func tunnelFailsOverAfterLosingItsController() async throws {
         try await withCluster { cluster in
             let b = try await cluster.startReplica()
@@ -97,12 +99,20 @@ struct ReplicaTests {
             #expect(await TestCluster.eventually { cluster.gateways[0].linkedControllers.contains(b) })
             let port = try await cluster.startTunnel(identity: phone)
 
-            // A live circuit, through A (the file's first controller): A's shutdown ends it.
+            // A live circuit, through A (the file's first controller). A's shutdown takes both halves' paths; the
+            // tunnel resumes the circuit through B, where the gateway is linked too, and its client sees a pause.
             let live = try await TestHTTPConnection(port: port)
-            try await live.sendRequest("GET", "/sse?n=1000&interval_ms=1000")
+            try await live.sendRequest("GET", "/sse?n=8&interval_ms=100")
             #expect(try await live.readHead().status == 200)
+            let first = try #require(try await live.readBodyPart())
             await cluster.controller.shutdown()
-            _ = try? await live.readUntilClosed()
+            var body = String(buffer: first)
+            while let part = try await live.readBodyPart() { body += String(buffer: part) }
+            let events = body.split(separator: "\n").filter { $0.hasPrefix("data: ") }
+            #expect(events == (0..<8).map { "data: {\"index\": \($0)}"[...] })
+            #expect(cluster.backend.record.streamsCompleted == 1)
+            #expect(cluster.backend.record.streamsDisconnected == 0)
+            #expect(cluster.gateways[0].resumedCount == 1)
 
             #expect(try await Self.health(tunnel: port) == 200)
         }

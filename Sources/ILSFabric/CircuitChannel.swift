@@ -1,0 +1,507 @@
+public import ILSCrypto
+import NIOConcurrencyHelpers
+public import NIOCore
+
+/// What the end-to-end handlers tell the circuit under them, as outbound user events.
+public enum CircuitRecordsEvent: Sendable {
+    /// The handshake is done: from the next frame on, every frame each way is a record, numbered from 0. `secrets` is
+    /// set when the suite is resumable; `peerID` is the verified identity at the other end.
+    case established(secrets: E2EResumeSecrets?, peerID: String)
+    /// The frame being read was an ACK: the peer has opened `count` of our records.
+    case acknowledged(UInt64)
+    /// The peer's direction ended with its FINAL or CANCEL record.
+    case peerFinished
+}
+
+/// How much a resumable circuit may keep of its own records that the peer has not acknowledged: per circuit, and
+/// across every circuit of the process (`RetentionBudget`). A circuit at its bound stops being writable, so the proxy
+/// or the app stops reading what would fill it (the backend's answer, an upload): memory is never unbounded.
+public struct CircuitRetention: Sendable {
+    /// How long a circuit whose path is lost is held for a new one. 0 ends it with the path, as before resumption.
+    public var grace: TimeAmount
+    public var perCircuit: Int
+    public let budget: RetentionBudget
+
+    /// 60 s: a phone's switch from Wi-Fi to cellular takes seconds; an iPad whose screen goes off suspends the app
+    /// within seconds to minutes. A held circuit keeps its backend request (and its cost) going that long for a
+    /// device that may not come back. docs/operations.md, "Resumption".
+    public static let defaultGrace: TimeAmount = .seconds(60)
+    public static let defaultPerCircuit = 1024 * 1024
+    /// The most any end may keep unacknowledged per circuit (a protocol constant: a receiver refuses a peer that
+    /// sends more than this ahead of its ACKs, docs/protocol.md).
+    public static let maximumPerCircuit = 4 * 1024 * 1024
+    public static let defaultTotal = 256 * 1024 * 1024
+
+    public init(
+        grace: TimeAmount = CircuitRetention.defaultGrace,
+        perCircuit: Int = CircuitRetention.defaultPerCircuit,
+        budget: RetentionBudget = RetentionBudget(limit: CircuitRetention.defaultTotal)
+    ) {
+        self.grace = grace
+        self.perCircuit = min(perCircuit, Self.maximumPerCircuit)
+        self.budget = budget
+    }
+
+    /// The process-wide budget of `standard`.
+    public static let sharedBudget = RetentionBudget(limit: defaultTotal)
+    public static let standard = CircuitRetention(budget: sharedBudget)
+}
+
+/// The bytes every circuit of a process keeps for resumption, against one limit.
+public final class RetentionBudget: Sendable {
+    public let limit: Int
+    private let used = NIOLockedValueBox(0)
+
+    public init(limit: Int) {
+        self.limit = limit
+    }
+
+    public var bytes: Int { used.withLockedValue { $0 } }
+
+    @discardableResult
+    func add(_ bytes: Int) -> Int {
+        used.withLockedValue {
+            $0 += bytes
+            return $0
+        }
+    }
+}
+
+/// A circuit's plaintext side as a channel of its own, which outlives the path (the HTTP/2 stream) under it.
+///
+/// Everything that reads and writes a circuit (the end-to-end handler first, then the app's exchange, the tunnel's
+/// glue or the gateway's proxy) lives in this channel's pipeline; the stream carries only its frames
+/// (`CircuitPathHandler`). A circuit of a resumable suite keeps every record it sends until the peer acknowledges it
+/// (ACK records, `CircuitAckDue`); when its path is lost it is held for the grace window (`CircuitPathMachine`), and
+/// a new path (a resumption, `attach`) gets every record the peer had not received, sent again as it was sealed.
+/// Nothing above sees the change but a pause. Why a channel of our own rather than the stream channel: the stream
+/// channel, and everything in its pipeline, closes with its stream; the backend request of a held circuit must not.
+///
+/// Loop-bound: every method runs on `eventLoop`, as NIO's own channels' cores do.
+public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
+    public let eventLoop: any EventLoop
+    public let allocator: ByteBufferAllocator
+    public let parent: (any Channel)? = nil
+    private var _pipeline: ChannelPipeline!
+    public var pipeline: ChannelPipeline { _pipeline }
+    public var _channelCore: any ChannelCore { self }
+    private let closePromise: EventLoopPromise<Void>
+    public var closeFuture: EventLoopFuture<Void> { closePromise.futureResult }
+    public var localAddress: SocketAddress? { nil }
+    public var remoteAddress: SocketAddress? { nil }
+
+    private let flags = NIOLockedValueBox((active: true, writable: true, held: false))
+    public var isActive: Bool { flags.withLockedValue { $0.active } }
+    public var isWritable: Bool { flags.withLockedValue { $0.writable } }
+
+    private var machine: CircuitPathMachine
+    private let retention: CircuitRetention
+    private var path: CircuitPathHandler?
+    private var graceTimer: Scheduled<Void>?
+    private var autoRead = true
+    /// The pipeline asked for a read that no read-complete has answered yet.
+    private var readAsked = false
+    /// Whether the path should read now: always once the circuit is resumable (the end-to-end handler holds what
+    /// the layer above has not asked for, and must see the peer's ACKs meanwhile: `InboundRecords`), else when asked.
+    var readDemanded: Bool { readAsked || machine.resumable }
+
+    /// Records counted from the handshake's end (`CircuitRecordsEvent.established`).
+    private var counting = false
+    /// Our records not yet acknowledged, oldest first; the first is record `firstRetained`.
+    private var retained = CircularBuffer<ByteBuffer>()
+    private var firstRetained: UInt64 = 0
+    private var retainedBytes = 0
+    /// Promises of kept records written while the circuit was not writable.
+    private var waitingForWritability: [EventLoopPromise<Void>] = []
+    /// How many of the peer's records were read, and how many of them the last ACK we sent covered.
+    package private(set) var received: UInt64 = 0
+    private var inputEndSent = false
+
+    package private(set) var secrets: E2EResumeSecrets?
+    /// The verified identity at the far end, once the handshake is done.
+    public private(set) var peerID: String?
+    /// Called when the circuit is held (its path lost): the device starts resuming here.
+    package var onHeld: ((CircuitChannel) -> Void)?
+    /// Called once when the circuit closes, whatever the reason (the gateway's held-circuit registry).
+    package var onClosed: [(CircuitChannel) -> Void] = []
+    /// Called when the handshake is done.
+    package var onEstablished: [(CircuitChannel) -> Void] = []
+    /// Called when the grace window ran out on a held circuit, before it closes.
+    package var onGraceExpired: [(CircuitChannel) -> Void] = []
+
+    /// Whether the circuit is held, readable from any thread (metrics, tests).
+    public var heldFlag: Bool { flags.withLockedValue { $0.held } }
+
+    /// A circuit on `eventLoop` (its first path's), active at once; attach its first path before adding the
+    /// end-to-end handler, which starts the handshake.
+    public init(eventLoop: any EventLoop, allocator: ByteBufferAllocator, retention: CircuitRetention) {
+        self.eventLoop = eventLoop
+        self.allocator = allocator
+        self.retention = retention
+        self.machine = CircuitPathMachine(grace: retention.grace)
+        self.closePromise = eventLoop.makePromise()
+        self._pipeline = ChannelPipeline(channel: self)
+    }
+
+    /// Whether the circuit is held: no path, waiting for a resumption.
+    package var isHeld: Bool {
+        if case .held = machine.state { return true }
+        return false
+    }
+
+    package var state: CircuitPathMachine.State { machine.state }
+
+    // MARK: Channel
+
+    public func setOption<Option: ChannelOption>(_ option: Option, value: Option.Value) -> EventLoopFuture<Void> {
+        eventLoop.submit { try self.setOption0(option, value: value) }
+    }
+
+    public func getOption<Option: ChannelOption>(_ option: Option) -> EventLoopFuture<Option.Value> {
+        eventLoop.submit { try self.getOption0(option) }
+    }
+
+    private func setOption0<Option: ChannelOption>(_ option: Option, value: Option.Value) throws {
+        switch option {
+        case _ as ChannelOptions.Types.AutoReadOption:
+            autoRead = value as! Bool
+            if autoRead { pipeline.syncOperations.read() }
+        case _ as ChannelOptions.Types.AllowRemoteHalfClosureOption:
+            break
+        default:
+            throw ChannelError.operationUnsupported
+        }
+    }
+
+    private func getOption0<Option: ChannelOption>(_ option: Option) throws -> Option.Value {
+        switch option {
+        case _ as ChannelOptions.Types.AutoReadOption: return autoRead as! Option.Value
+        case _ as ChannelOptions.Types.AllowRemoteHalfClosureOption: return true as! Option.Value
+        default: throw ChannelError.operationUnsupported
+        }
+    }
+
+    public var syncOptions: (any NIOSynchronousChannelOptions)? { SyncOptions(channel: self) }
+
+    private struct SyncOptions: NIOSynchronousChannelOptions {
+        let channel: CircuitChannel
+
+        func setOption<Option: ChannelOption>(_ option: Option, value: Option.Value) throws {
+            channel.eventLoop.preconditionInEventLoop()
+            try channel.setOption0(option, value: value)
+        }
+
+        func getOption<Option: ChannelOption>(_ option: Option) throws -> Option.Value {
+            channel.eventLoop.preconditionInEventLoop()
+            return try channel.getOption0(option)
+        }
+    }
+
+    // MARK: ChannelCore
+
+    public func localAddress0() throws -> SocketAddress { throw ChannelError.operationUnsupported }
+    public func remoteAddress0() throws -> SocketAddress { throw ChannelError.operationUnsupported }
+    public func register0(promise: EventLoopPromise<Void>?) { promise?.fail(ChannelError.operationUnsupported) }
+    public func registerAlreadyConfigured0(promise: EventLoopPromise<Void>?) {
+        promise?.fail(ChannelError.operationUnsupported)
+    }
+    public func bind0(to: SocketAddress, promise: EventLoopPromise<Void>?) {
+        promise?.fail(ChannelError.operationUnsupported)
+    }
+    public func connect0(to: SocketAddress, promise: EventLoopPromise<Void>?) {
+        promise?.fail(ChannelError.operationUnsupported)
+    }
+    public func channelRead0(_ data: NIOAny) {}
+    public func errorCaught0(error: any Error) {}
+
+    public func write0(_ data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard isActive else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        let frame = unwrapData(data, as: ByteBuffer.self)
+        guard counting, machine.resumable else {
+            guard let path else {
+                promise?.fail(ChannelError.ioOnClosedChannel)
+                return
+            }
+            path.write(frame, promise: promise)
+            return
+        }
+        // A record of a resumable circuit is kept until acknowledged, so it is safe once kept, whatever becomes of
+        // the path it goes on now (or the one it goes on later, if held). Its promise completes once the circuit is
+        // writable, so a writer that waits on promises goes no faster than the peer acknowledges.
+        retained.append(frame)
+        retainedBytes += frame.capacity
+        retention.budget.add(frame.capacity)
+        path?.write(frame, promise: nil)
+        updateWritability()
+        if let promise {
+            if isWritable {
+                promise.succeed()
+            } else {
+                waitingForWritability.append(promise)
+            }
+        }
+    }
+
+    public func flush0() { path?.flush() }
+
+    public func read0() {
+        guard isActive else { return }
+        readAsked = true
+        path?.demandRead()
+    }
+
+    public func close0(error: any Error, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        guard isActive else {
+            promise?.fail(ChannelError.alreadyClosed)
+            return
+        }
+        switch mode {
+        case .input:
+            promise?.fail(ChannelError.operationUnsupported)
+        case .output:
+            machine.outputDidEnd()
+            if let path {
+                path.close(mode: .output, promise: promise)
+            } else {
+                promise?.succeed()
+            }
+        case .all:
+            let path = self.path
+            self.path = nil
+            path?.detach()
+            path?.close(mode: .all, promise: nil)
+            finish(promise: promise)
+        }
+    }
+
+    public func triggerUserOutboundEvent0(_ event: Any, promise: EventLoopPromise<Void>?) {
+        guard let event = event as? CircuitRecordsEvent else {
+            if let path {
+                path.triggerOutbound(event, promise: promise)
+            } else {
+                promise?.fail(ChannelError.ioOnClosedChannel)
+            }
+            return
+        }
+        switch event {
+        case .established(let secrets, let peerID):
+            counting = true
+            self.secrets = secrets
+            self.peerID = peerID
+            machine.established(resumable: secrets != nil && retention.grace > .zero)
+            if machine.resumable { path?.demandRead() }
+            let callbacks = onEstablished
+            onEstablished = []
+            for callback in callbacks { callback(self) }
+        case .acknowledged(let count):
+            acknowledge(count)
+        case .peerFinished:
+            machine.peerDidFinish()
+        }
+        promise?.succeed()
+    }
+
+    // MARK: Records
+
+    /// The peer has opened `count` of our records: drop those from what is kept.
+    private func acknowledge(_ count: UInt64) {
+        guard count > firstRetained else { return }
+        let drop = Int(min(count - firstRetained, UInt64(retained.count)))
+        for _ in 0..<drop {
+            let frame = retained.removeFirst()
+            retainedBytes -= frame.capacity
+            retention.budget.add(-frame.capacity)
+        }
+        firstRetained += UInt64(drop)
+        updateWritability()
+    }
+
+    private func updateWritability() {
+        var writable = path?.isWritable ?? isHeld
+        if machine.resumable, retainedBytes > Self.retentionFloor {
+            if retainedBytes >= retention.perCircuit || retention.budget.bytes >= retention.budget.limit {
+                writable = false
+            }
+        }
+        let changed = flags.withLockedValue { flags -> Bool in
+            guard flags.active, flags.writable != writable else { return false }
+            flags.writable = writable
+            return true
+        }
+        if changed, writable, !waitingForWritability.isEmpty {
+            let waiting = waitingForWritability
+            waitingForWritability = []
+            for promise in waiting { promise.succeed() }
+        }
+        if changed { pipeline.syncOperations.fireChannelWritabilityChanged() }
+    }
+
+    /// What a circuit may always keep, whatever the budget: one record and change, so a circuit is never stopped by
+    /// others alone before it sent anything.
+    static let retentionFloor = 80 * 1024
+
+    // MARK: From the path
+
+    func pathRead(_ path: CircuitPathHandler, _ frame: ByteBuffer) {
+        guard path === self.path, isActive else { return }
+        if counting { received += 1 }
+        pipeline.syncOperations.fireChannelRead(NIOAny(frame))
+    }
+
+    func pathReadComplete(_ path: CircuitPathHandler) {
+        guard path === self.path, isActive else { return }
+        readAsked = false
+        pipeline.syncOperations.fireChannelReadComplete()
+        if autoRead, isActive { pipeline.syncOperations.read() }
+    }
+
+    func pathInputClosed(_ path: CircuitPathHandler) {
+        guard path === self.path, isActive, !inputEndSent else { return }
+        inputEndSent = true
+        pipeline.syncOperations.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+    }
+
+    func pathError(_ path: CircuitPathHandler, _ error: any Error) {
+        guard path === self.path, isActive else { return }
+        // A reset stream of a circuit that may be resumed is a lost path, not an error: `pathInactive` follows.
+        if machine.resumable, !machine.isDone, CircuitEnd.isCut(error), machine.grace > .zero { return }
+        pipeline.syncOperations.fireErrorCaught(error)
+    }
+
+    func pathWritabilityChanged(_ path: CircuitPathHandler) {
+        guard path === self.path else { return }
+        updateWritability()
+    }
+
+    func pathInactive(_ path: CircuitPathHandler) {
+        guard path === self.path, isActive else { return }
+        self.path = nil
+        switch machine.pathLost(now: .now()) {
+        case .none:
+            break
+        case .end:
+            finish(promise: nil)
+        case .hold(let deadline):
+            flags.withLockedValue { $0.held = true }
+            graceTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { self.graceRanOut() }
+            updateWritability()
+            onHeld?(self)
+        }
+    }
+
+    private func graceRanOut() {
+        guard machine.graceExpired(now: .now()) else { return }
+        for callback in onGraceExpired { callback(self) }
+        pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed)
+        if isActive { finish(promise: nil) }
+    }
+
+    // MARK: Paths
+
+    /// Makes `path` the circuit's first path. The handshake runs over it.
+    public func start(on path: CircuitPathHandler) {
+        eventLoop.preconditionInEventLoop()
+        precondition(self.path == nil && machine.state == .handshaking)
+        self.path = path
+        path.circuit = self
+        pipeline.syncOperations.fireChannelRegistered()
+        pipeline.syncOperations.fireChannelActive()
+        if autoRead { pipeline.syncOperations.read() }
+    }
+
+    /// The gateway: a resume message (its tag checked against `secrets`) asks to move the circuit to `path`.
+    /// Returns the refusal's reason, or nil once `path` is attached: its first frame is `answer`, then every record
+    /// from `peerReceived` on.
+    package func resume(on path: CircuitPathHandler, attempt: UInt32, peerReceived: UInt64, answer: ByteBuffer)
+        -> String?
+    {
+        guard isActive else { return "the circuit is not held" }
+        guard peerReceived >= firstRetained, peerReceived <= firstRetained + UInt64(retained.count) else {
+            return "the resumption names records this end never sent"
+        }
+        if case .refuse(let reason) = machine.resumeOffered(attempt: attempt, now: .now()) { return reason }
+        attach(path, peerReceived: peerReceived, first: answer)
+        return nil
+    }
+
+    /// The device: the gateway answered `attempt` (its tag checked) on `path`, having received `peerReceived` of our
+    /// records. Returns false if the circuit can no longer take it (closed, or the count is impossible).
+    package func resumed(on path: CircuitPathHandler, peerReceived: UInt64) -> Bool {
+        guard isActive, peerReceived >= firstRetained, peerReceived <= firstRetained + UInt64(retained.count),
+            machine.resumed()
+        else { return false }
+        attach(path, peerReceived: peerReceived, first: nil)
+        return true
+    }
+
+    /// The device's next resumption attempt, while held.
+    package func nextAttempt() -> UInt32? { machine.nextAttempt(now: .now()) }
+
+    /// When the grace window ends, for a held circuit.
+    package var heldUntil: NIODeadline? {
+        if case .held(let deadline) = machine.state { return deadline }
+        return nil
+    }
+
+    /// Ends a held circuit now: its resumption failed for good (`reason` says why).
+    package func failResumption(_ reason: String) {
+        guard isActive, isHeld else { return }
+        machine.closed()
+        pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed(because: reason))
+        if isActive { finish(promise: nil) }
+    }
+
+    private func attach(_ new: CircuitPathHandler, peerReceived: UInt64, first: ByteBuffer?) {
+        flags.withLockedValue { $0.held = false }
+        graceTimer?.cancel()
+        graceTimer = nil
+        if let old = path {
+            path = nil
+            old.detach()
+            old.close(mode: .all, promise: nil)
+        }
+        acknowledge(peerReceived)
+        path = new
+        new.circuit = self
+        if let first { new.write(first, promise: nil) }
+        for frame in retained { new.write(frame, promise: nil) }
+        new.flush()
+        if machine.outputEnded { new.close(mode: .output, promise: nil) }
+        if readDemanded { new.demandRead() }
+        updateWritability()
+    }
+
+    private func finish(promise: EventLoopPromise<Void>?) {
+        machine.closed()
+        graceTimer?.cancel()
+        flags.withLockedValue {
+            $0.active = false
+            $0.held = false
+        }
+        retention.budget.add(-retainedBytes)
+        retained.removeAll()
+        retainedBytes = 0
+        let waiting = waitingForWritability
+        waitingForWritability = []
+        for promise in waiting { promise.fail(ChannelError.ioOnClosedChannel) }
+        if let path {
+            self.path = nil
+            path.detach()
+            path.close(mode: .all, promise: nil)
+        }
+        promise?.succeed()
+        pipeline.syncOperations.fireChannelInactive()
+        pipeline.syncOperations.fireChannelUnregistered()
+        let callbacks = onClosed
+        onClosed = []
+        onHeld = nil
+        for callback in callbacks { callback(self) }
+        eventLoop.assumeIsolated().execute {
+            self.removeHandlers(pipeline: self.pipeline)
+            self.closePromise.succeed()
+        }
+    }
+}

@@ -1,0 +1,125 @@
+package import NIOCore
+
+/// What a circuit does when its path (the HTTP/2 stream under it) comes and goes: the decisions of a
+/// `CircuitChannel`, as a value that takes events and returns actions, tested without a channel
+/// (`CircuitPathMachineTests`, and `deploy/check-machine-mutations.py`).
+///
+/// A circuit is `handshaking` on its first path until the end-to-end handshake is done, then `attached`. With a
+/// resumable suite (5) a path that is lost before the circuit ended both ways does not end it: it is `held` for the
+/// grace window, its records kept, until a new path is attached (`resumed`) or the window runs out. With any other
+/// suite, or before the handshake is done, a lost path ends the circuit as it always did: the end-to-end handler
+/// above tells a cut from a clean end.
+package struct CircuitPathMachine: Sendable {
+    package enum State: Sendable, Equatable {
+        case handshaking
+        case attached
+        /// No path; held until `deadline`.
+        case held(deadline: NIODeadline)
+        case closed
+    }
+
+    package private(set) var state = State.handshaking
+    /// The handshake agreed a resumable suite.
+    package private(set) var resumable = false
+    /// Our direction has ended: the FINAL record went (or waits to go) and END_STREAM follows it.
+    package private(set) var outputEnded = false
+    /// The peer's direction ended with its FINAL or CANCEL record.
+    package private(set) var peerFinished = false
+    /// The last resumption attempt accepted (the gateway) or made (the device).
+    package private(set) var lastAttempt: UInt32 = 0
+    package let grace: TimeAmount
+
+    package init(grace: TimeAmount) {
+        self.grace = grace
+    }
+
+    package enum PathLossAction: Sendable, Equatable {
+        /// Keep the circuit with no path until the deadline (arm the grace timer; a device starts resuming).
+        case hold(deadline: NIODeadline)
+        /// The circuit ends with the path, as without resumption: pass the path's end up (the end-to-end handler
+        /// tells a clean end from a cut).
+        case end
+        /// Nothing to do (the circuit is closed, or already held).
+        case none
+    }
+
+    package mutating func established(resumable: Bool) {
+        guard state == .handshaking else { return }
+        state = .attached
+        self.resumable = resumable
+    }
+
+    package mutating func outputDidEnd() { outputEnded = true }
+
+    package mutating func peerDidFinish() { peerFinished = true }
+
+    /// Whether both directions have ended: a path that goes now takes nothing with it.
+    package var isDone: Bool { outputEnded && peerFinished }
+
+    /// The path is gone (reset, its connection dead, or closed by its far end).
+    package mutating func pathLost(now: NIODeadline) -> PathLossAction {
+        switch state {
+        case .closed, .held:
+            return .none
+        case .handshaking:
+            state = .closed
+            return .end
+        case .attached:
+            guard resumable, grace > .zero, !isDone else {
+                state = .closed
+                return .end
+            }
+            let deadline = now + grace
+            state = .held(deadline: deadline)
+            return .hold(deadline: deadline)
+        }
+    }
+
+    package enum ResumeVerdict: Sendable, Equatable {
+        /// Attach the new path (detaching the current one, if any, first).
+        case attach
+        case refuse(reason: String)
+    }
+
+    /// A resume message for this circuit arrived on a new path (the gateway; its tag is already checked).
+    package mutating func resumeOffered(attempt: UInt32, now: NIODeadline) -> ResumeVerdict {
+        switch state {
+        case .handshaking, .closed:
+            return .refuse(reason: "the circuit is not held")
+        case .held(let deadline) where now > deadline:
+            return .refuse(reason: "the circuit's grace window ran out")
+        case .attached where !resumable:
+            return .refuse(reason: "the circuit is not resumable")
+        case .attached, .held:
+            // A path the gateway still thinks alive can be the device's old one (a black-holed network keeps its
+            // stream open at the relay until the keepalive notices): a newer attempt replaces it.
+            guard attempt > lastAttempt else { return .refuse(reason: "the resumption was replayed") }
+            lastAttempt = attempt
+            state = .attached
+            return .attach
+        }
+    }
+
+    /// The device's next attempt number, if the circuit is held and may still resume.
+    package mutating func nextAttempt(now: NIODeadline) -> UInt32? {
+        guard case .held(let deadline) = state, now <= deadline else { return nil }
+        lastAttempt += 1
+        return lastAttempt
+    }
+
+    /// The device's resumption was answered: the new path is attached.
+    package mutating func resumed() -> Bool {
+        guard case .held = state else { return false }
+        state = .attached
+        return true
+    }
+
+    /// The grace timer fired: whether the circuit must now end (it is still held).
+    package mutating func graceExpired(now: NIODeadline) -> Bool {
+        guard case .held(let deadline) = state, now >= deadline else { return false }
+        state = .closed
+        return true
+    }
+
+    package mutating func closed() { state = .closed }
+}

@@ -1,0 +1,131 @@
+import NIOCore
+import Testing
+
+@testable import ILSFabric
+
+/// `CircuitPathMachine`'s transitions, without a channel. Each test names the transition it would catch the removal
+/// of (`deploy/check-machine-mutations.py` removes them one by one).
+@Suite("A circuit's paths: held on a lost path, resumed or ended")
+struct CircuitPathMachineTests {
+    static let now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+    static func attached(grace: TimeAmount = .seconds(60), resumable: Bool = true) -> CircuitPathMachine {
+        var machine = CircuitPathMachine(grace: grace)
+        machine.established(resumable: resumable)
+        return machine
+    }
+
+    @Test("a resumable circuit whose path is lost is held until the grace window's end")
+    func lostPathIsHeld() {
+        var machine = Self.attached()
+        let result1 = machine.pathLost(now: Self.now)
+        #expect(result1 == .hold(deadline: Self.now + .seconds(60)))
+        #expect(machine.state == .held(deadline: Self.now + .seconds(60)))
+        // A second loss report changes nothing.
+        let result2 = machine.pathLost(now: Self.now)
+        #expect(result2 == .none)
+    }
+
+    @Test(
+        "a path lost during the handshake, without a resumable suite, with grace 0, or after both ends ended, ends it"
+    )
+    func lostPathEnds() {
+        var handshaking = CircuitPathMachine(grace: .seconds(60))
+        let result3 = handshaking.pathLost(now: Self.now)
+        #expect(result3 == .end)
+        var old = Self.attached(resumable: false)
+        let result4 = old.pathLost(now: Self.now)
+        #expect(result4 == .end)
+        var noGrace = Self.attached(grace: .zero)
+        let result5 = noGrace.pathLost(now: Self.now)
+        #expect(result5 == .end)
+        var done = Self.attached()
+        done.outputDidEnd()
+        done.peerDidFinish()
+        #expect(done.isDone)
+        let result6 = done.pathLost(now: Self.now)
+        #expect(result6 == .end)
+        #expect(done.state == .closed)
+    }
+
+    @Test("only one end's end is not done: a path lost then is held")
+    func halfDoneIsHeld() {
+        var machine = Self.attached()
+        machine.outputDidEnd()
+        #expect(!machine.isDone)
+        let result7 = machine.pathLost(now: Self.now)
+        #expect(result7 == .hold(deadline: Self.now + .seconds(60)))
+    }
+
+    @Test("the gateway accepts a resumption with a newer attempt, held or still attached, and refuses a replay")
+    func attemptsOnlyGoUp() {
+        var machine = Self.attached()
+        // Still attached (the device's old path may be black-holed): a newer attempt takes over.
+        let result8 = machine.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result8 == .attach)
+        let result9 = machine.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result9 == .refuse(reason: "the resumption was replayed"))
+        _ = machine.pathLost(now: Self.now)
+        let result10 = machine.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result10 == .refuse(reason: "the resumption was replayed"))
+        let result11 = machine.resumeOffered(attempt: 3, now: Self.now)
+        #expect(result11 == .attach)
+        #expect(machine.state == .attached)
+    }
+
+    @Test("no resumption after the window, of a closed or non-resumable circuit, or before the handshake")
+    func resumptionRefused() {
+        var held = Self.attached(grace: .seconds(1))
+        _ = held.pathLost(now: Self.now)
+        #expect(
+            held.resumeOffered(attempt: 1, now: Self.now + .seconds(2))
+                == .refuse(reason: "the circuit's grace window ran out")
+        )
+        var old = Self.attached(resumable: false)
+        let result12 = old.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result12 == .refuse(reason: "the circuit is not resumable"))
+        var handshaking = CircuitPathMachine(grace: .seconds(60))
+        let result13 = handshaking.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result13 == .refuse(reason: "the circuit is not held"))
+        var closed = Self.attached()
+        closed.closed()
+        let result14 = closed.resumeOffered(attempt: 1, now: Self.now)
+        #expect(result14 == .refuse(reason: "the circuit is not held"))
+    }
+
+    @Test("the grace timer ends a circuit still held at its deadline, and nothing else")
+    func graceExpiry() {
+        var held = Self.attached(grace: .seconds(1))
+        _ = held.pathLost(now: Self.now)
+        let result15 = held.graceExpired(now: Self.now)
+        #expect(!result15)
+        let result16 = held.graceExpired(now: Self.now + .seconds(1))
+        #expect(result16)
+        #expect(held.state == .closed)
+        var resumed = Self.attached(grace: .seconds(1))
+        _ = resumed.pathLost(now: Self.now)
+        let result17 = resumed.resumed()
+        #expect(result17)
+        let result18 = resumed.graceExpired(now: Self.now + .seconds(5))
+        #expect(!result18)
+        #expect(resumed.state == .attached)
+    }
+
+    @Test("the device numbers its attempts from 1 while held, and has none once the window is over")
+    func deviceAttempts() {
+        var machine = Self.attached(grace: .seconds(1))
+        let result19 = machine.nextAttempt(now: Self.now)
+        #expect(result19 == nil)
+        _ = machine.pathLost(now: Self.now)
+        let result20 = machine.nextAttempt(now: Self.now)
+        #expect(result20 == 1)
+        let result21 = machine.nextAttempt(now: Self.now)
+        #expect(result21 == 2)
+        let result22 = machine.nextAttempt(now: Self.now + .seconds(2))
+        #expect(result22 == nil)
+        let result23 = machine.resumed()
+        #expect(result23)
+        let result24 = machine.resumed()
+        #expect(!result24)
+    }
+}
