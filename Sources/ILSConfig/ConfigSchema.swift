@@ -53,6 +53,9 @@ extension ConfigKey {
     public static let requestBodyTimeout = ConfigKey("request-body-timeout")
     public static let auditRetention = ConfigKey("audit-retention")
     public static let auditMaxRows = ConfigKey("audit-max-rows", .integer)
+    public static let resumeGrace = ConfigKey("resume-grace")
+    public static let resumeBuffer = ConfigKey("resume-buffer")
+    public static let resumeTotal = ConfigKey("resume-total")
 }
 
 extension ConfigSchema {
@@ -74,13 +77,14 @@ extension ConfigSchema {
         keys: [
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
-            .clientAuth, .policyGrace, .hstsMaxAge,
+            .clientAuth, .policyGrace, .hstsMaxAge, .resumeGrace, .resumeBuffer, .resumeTotal,
         ] + connectionLimits + keepalives + observability
     )
 
     /// `ils-gateway tunnel`.
     public static let tunnel = ConfigSchema(
         command: "tunnel",
-        keys: [.identity, .service, .listen, .allowRemote, .allowedHosts, .allowOrigins] + keepalives + observability
+        keys: [.identity, .service, .listen, .allowRemote, .allowedHosts, .allowOrigins, .resumeGrace] + keepalives
+            + observability
     )
 }

@@ -45,6 +45,7 @@ public final class Tunnel: Service, Sendable {
         allowedHosts: [String] = [],
         allowedOrigins: [String] = [],
         keepalive: FabricKeepalive = .standard,
+        retention: CircuitRetention = .standard,
         logger: Logger
     ) throws(ILSError) {
         try TunnelSitePolicy.validate(allowedHosts: allowedHosts, allowedOrigins: allowedOrigins)
@@ -55,7 +56,7 @@ public final class Tunnel: Service, Sendable {
                     + "give --allow-remote to listen on \(listen.host)"
             )
         }
-        self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive)
+        self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive, retention: retention)
         self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
         if let identityPath {
             // The cluster's controllers, as circuit answers name them, go into the identity file: the next start
@@ -300,6 +301,14 @@ final class CircuitErrorLogger: ChannelInboundHandler {
             TunnelRefusal(refused).send(to: client)
         } else if let cut = error as? E2ECircuitError, cut == .truncated {
             logger.warning("circuit cut before the gateway's end; resetting the client connection")
+            Self.reset(client)
+        } else if let lost = error as? E2ECircuitError, lost.code == E2ECircuitError.notResumed.code {
+            // The path was lost and the circuit could not be resumed: the answer did not end, so the client must not
+            // read a FIN as its end.
+            logger.warning(
+                "circuit lost and not resumed; resetting the client connection",
+                metadata: ["reason": "\(lost.reason)"]
+            )
             Self.reset(client)
         } else {
             logger.warning("circuit failed", metadata: ["error": "\(error)"])

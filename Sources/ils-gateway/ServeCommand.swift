@@ -121,6 +121,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup var connectionLimitOptions: HTTPConnectionLimitOptions
     @OptionGroup var keepaliveOptions: KeepaliveOptions
+    @OptionGroup var resumeOptions: ResumeOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
     @OptionGroup var metricsOptions: MetricsOptions
@@ -164,7 +165,8 @@ struct ServeCommand: AsyncParsableCommand {
             service: service,
             proxy: proxy,
             logger: logger,
-            keepalive: try keepaliveOptions.resolve(layers)
+            keepalive: try keepaliveOptions.resolve(layers),
+            retention: try resumeOptions.resolve(layers)
         )
         logger.info(
             "serving overlay mode (no listening socket)",

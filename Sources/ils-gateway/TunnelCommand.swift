@@ -2,6 +2,7 @@ import ArgumentParser
 import ILSClient
 import ILSConfig
 import ILSCore
+import ILSFabric
 import ILSTunnel
 
 /// `ils-gateway tunnel`: a loopback proxy on the device for clients that don't speak the overlay.
@@ -62,6 +63,14 @@ struct TunnelCommand: AsyncParsableCommand {
     )
     var allowedOrigins: [String] = []
 
+    @Option(
+        help: """
+            How long a circuit whose network path is lost (a network change, a dead controller) keeps trying to \
+            resume; its client sees a pause. 0 ends it with its path. Default: 60s.
+            """
+    )
+    var resumeGrace: String?
+
     @OptionGroup var keepaliveOptions: KeepaliveOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
@@ -84,6 +93,7 @@ struct TunnelCommand: AsyncParsableCommand {
             allowedHosts: layers.list(.allowedHosts, flag: allowedHosts),
             allowedOrigins: layers.list(.allowOrigins, flag: allowedOrigins),
             keepalive: try keepaliveOptions.resolve(layers),
+            retention: CircuitRetention(grace: try ResumeOptions.grace(layers, flag: resumeGrace)),
             logger: logger
         )
         if let metrics {

@@ -112,17 +112,35 @@ def wait_until_flowing(f: Faulty, bound_s: float) -> float:
         time.sleep(0.1)
 
 
-def open_stream(f: Faulty) -> tuple[httpx.Client, httpx.Response, Iterator]:
+def open_stream(f: Faulty, n: int = 600, interval_ms: int = 50,
+                deadline_s: float = STREAM_END_BOUND_S) -> tuple[httpx.Client, httpx.Response, Iterator]:
     """A long SSE stream through the tunnel, with its first two events read."""
-    client = f.client(timeout=STREAM_END_BOUND_S)
+    client = f.client(timeout=deadline_s)
     response = client.send(
-        client.build_request("GET", "/claude/stream", params={"n": 600, "interval_ms": 50}), stream=True
+        client.build_request("GET", "/claude/stream", params={"n": n, "interval_ms": interval_ms}), stream=True
     )
     assert response.status_code == 200
-    lines = timed_lines(response, deadline_s=STREAM_END_BOUND_S)
+    lines = timed_lines(response, deadline_s=deadline_s)
     events = parse_sse(lines, stop_after=2)
     assert [e.json["index"] for e in events] == [0, 1]
     return client, response, lines
+
+
+def read_resumed_stream(lines: Iterator, n: int, cut_at: float) -> float:
+    """Reads the rest of a stream opened with `open_stream(n=n)` whose path was cut at `cut_at` (time.time()), and
+    checks that it resumed: every event after the first two exactly once, in order, then `done`. Returns the pause:
+    the longest gap between two events after the cut."""
+    events = parse_sse(lines)
+    messages = [e for e in events if e.event == "message"]
+    assert [e.json["index"] for e in messages] == list(range(2, n)), [e.json["index"] for e in messages][:20]
+    assert events[-1].event == "done" and events[-1].json == {"count": n}, events[-1]
+    times = [cut_at] + [e.received_at for e in messages if e.received_at >= cut_at]
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+def backend_streams(backend: "Backend") -> dict:
+    with backend.client() as direct:
+        return direct.get("/debug/streams").json()
 
 
 def drain_until_end(lines: Iterator) -> tuple[float, str]:
@@ -187,41 +205,49 @@ def test_controller_sigkill_mid_traffic_recovers_by_itself(faulty: Faulty) -> No
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
-    client, response, lines = open_stream(f)
+    before = backend_streams(f.backend)
+    # A stream that outlives the outage: held at both ends while the controller is down (the grace window is 60 s),
+    # resumed once it is back.
+    n = 120
+    client, response, lines = open_stream(f, n=n, deadline_s=RECOVERY_AFTER_RESTART_S + 30)
     try:
         deadline = time.monotonic() + 20
         while len(created) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(created) >= 2, "the admin writer never got going"
         sigkill(c.process)
-        killed = time.monotonic()
-        took, how = drain_until_end(lines)
+        killed, cut_at = time.monotonic(), time.time()
+        stop_writing.set()
+        thread.join(timeout=20)
+
+        # The store survived: the file is intact and every write the admin was told succeeded is in it.
+        assert integrity(store) == "ok"
+        missing = set(created) - stored_names(store)
+        assert not missing, f"identities acknowledged before SIGKILL are gone from the store: {sorted(missing)}"
+
+        # While it is down (at least 2 s, so the gateway's reconnect backoff grows): new requests fail, promptly.
+        while time.monotonic() - killed < 2.0:
+            ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
+            assert not ok, "a request went through with the controller down"
+            assert "Timeout" not in outcome, f"a request hung with the controller down: {outcome}"
+            # Sleep: paces the probes through a down time whose length (the backoff must grow) is the test.
+            time.sleep(0.2)
+
+        c.start()  # same state directory, same port; returns once the port accepts
+        back = time.monotonic()
+        print(f"controller down {back - killed:.2f} s")
+        pause = read_resumed_stream(lines, n, cut_at)
     finally:
         response.close()
         client.close()
         stop_writing.set()
         thread.join(timeout=20)
-    print(f"stream through the killed controller ended {took:.2f} s after SIGKILL ({how})")
-    assert took < STREAM_END_BOUND_S
-
-    # The store survived: the file is intact and every write the admin was told succeeded is in it.
-    assert integrity(store) == "ok"
-    missing = set(created) - stored_names(store)
-    assert not missing, f"identities acknowledged before SIGKILL are gone from the store: {sorted(missing)}"
-
-    # While it is down (at least 2 s, so the gateway's reconnect backoff grows): requests fail, promptly.
-    while time.monotonic() - killed < 2.0:
-        ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
-        assert not ok, "a request went through with the controller down"
-        assert "Timeout" not in outcome, f"a request hung with the controller down: {outcome}"
-        # Sleep: paces the probes through a down time whose length (the backoff must grow) is the test.
-        time.sleep(0.2)
-
-    c.start()  # same state directory, same port; returns once the port accepts
-    back = time.monotonic()
-    print(f"controller down {back - killed:.2f} s")
+    print(f"the stream through the killed controller resumed after it was back; longest pause {pause:.2f} s")
+    after = backend_streams(f.backend)
+    assert after["completed"] == before["completed"] + 1, (before, after)
+    assert after["disconnected"] == before["disconnected"], (before, after)
     took = wait_until_flowing(f, RECOVERY_AFTER_RESTART_S)
-    print(f"traffic through the same tunnel flowed again {took:.2f} s after the controller's port was back")
+    print(f"traffic through the same tunnel flowed again {took:.2f} s after the stream ended")
     assert f.gateway.alive() and f.gateway.pid == gw_pid, "the gateway process exited"
     assert f.tunnel.alive() and f.tunnel.pid == tunnel_pid, "the tunnel process exited"
     assert integrity(store) == "ok"
@@ -282,26 +308,38 @@ def test_gateway_sigkill_then_restart_recovers(faulty: Faulty) -> None:
     tunnel_pid = f.tunnel.pid
     wait_until_flowing(f, 10.0)
     wait_for_idle_streams(f.backend)
-    took = kill_mid_stream(f, f.gateway, "through the killed gateway")
-    assert took < STREAM_END_BOUND_S
-    # The backend learns that its client went away (the gateway's sockets died with it).
-    deadline = time.monotonic() + 10
-    with f.backend.client() as direct:
-        while direct.get("/debug/streams").json()["active"] != 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert direct.get("/debug/streams").json()["active"] == 0, "the backend still streams to a dead gateway"
+    # The gateway held the circuit and died with it: the tunnel keeps trying to resume it (the gateway may only have
+    # lost its link) until a gateway answers that it holds no such circuit, or its grace window ends.
+    client, response, lines = open_stream(f, deadline_s=60.0)
+    try:
+        sigkill(f.gateway)
+        # The backend learns that its client went away (the gateway's sockets died with it).
+        deadline = time.monotonic() + 10
+        with f.backend.client() as direct:
+            while direct.get("/debug/streams").json()["active"] != 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert direct.get("/debug/streams").json()["active"] == 0, "the backend still streams to a dead gateway"
 
-    # No gateway: a request is refused (closed or answered with an error) promptly, never left hanging.
-    started = time.monotonic()
-    ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
-    elapsed = time.monotonic() - started
-    print(f"with no gateway: {outcome} after {elapsed * 1000:.0f} ms")
-    assert not ok
-    assert "Timeout" not in outcome, f"the request hung instead of being refused: {outcome}"
+        # No gateway: a new request is refused (closed or answered with an error) promptly, never left hanging.
+        started = time.monotonic()
+        ok, outcome = through_tunnel_ok(f, timeout=ERROR_BOUND_S)
+        elapsed = time.monotonic() - started
+        print(f"with no gateway: {outcome} after {elapsed * 1000:.0f} ms")
+        assert not ok
+        assert "Timeout" not in outcome, f"the request hung instead of being refused: {outcome}"
 
-    f.gateway = gateway_process(f.controller, f.backend, f.log_dir)
-    f.gateway.start()
-    f.gateway.wait_for_log("hosting service")
+        f.gateway = gateway_process(f.controller, f.backend, f.log_dir)
+        f.gateway.start()
+        f.gateway.wait_for_log("hosting service")
+        hosting = time.monotonic()
+        took, how = drain_until_end(lines)
+    finally:
+        response.close()
+        client.close()
+    print(f"the held stream ended {time.monotonic() - hosting:.2f} s after the new gateway hosted ({how})")
+    assert how != "clean end", "a stream whose gateway died ended as if complete"
+    assert time.monotonic() - hosting < STREAM_END_BOUND_S
+    f.tunnel.wait_for_log("circuit lost and not resumed")
     took = wait_until_flowing(f, 5.0)
     print(f"requests flowed again {took:.2f} s after the new gateway was hosting")
     assert f.tunnel.alive() and f.tunnel.pid == tunnel_pid, "the tunnel process exited"

@@ -1,0 +1,72 @@
+import ArgumentParser
+import ILSConfig
+import ILSCore
+import ILSFabric
+import NIOCore
+
+/// How long circuits whose network path is lost are held for resumption, and what they may keep meanwhile
+/// (docs/operations.md, "Resumption").
+struct ResumeOptions: ParsableArguments {
+    @Option(
+        help: """
+            How long a circuit whose network path is lost (a device's network change, a dead controller, a dropped \
+            link) is held for the device to resume it; the backend request goes on meanwhile. 0 ends the circuit \
+            with its path. Default: 60s.
+            """
+    )
+    var resumeGrace: String?
+
+    @Option(
+        help: """
+            Overlay gateway: what one circuit keeps of its answer until the device acknowledges it (B, KiB or MiB); \
+            at this bound it stops reading its backend. Default: 1MiB, at most 4MiB.
+            """
+    )
+    var resumeBuffer: String?
+
+    @Option(
+        help: """
+            Overlay gateway: what all circuits keep together for resumption (KiB, MiB or GiB); at this bound \
+            circuits stop reading their backends. Default: 256MiB.
+            """
+    )
+    var resumeTotal: String?
+
+    func resolve(_ layers: ConfigLayers) throws(ILSError) -> CircuitRetention {
+        let grace = try Self.grace(layers, flag: resumeGrace)
+        let buffer = try Self.bytes(layers.string(.resumeBuffer, flag: resumeBuffer), name: "--resume-buffer")
+        let total = try Self.bytes(layers.string(.resumeTotal, flag: resumeTotal), name: "--resume-total")
+        let perCircuit = buffer ?? CircuitRetention.defaultPerCircuit
+        guard perCircuit >= 64 * 1024, perCircuit <= CircuitRetention.maximumPerCircuit else {
+            throw ILSError(.invalidArgument, "--resume-buffer must be between 64KiB and 4MiB")
+        }
+        let limit = total ?? CircuitRetention.defaultTotal
+        guard limit >= perCircuit else {
+            throw ILSError(.invalidArgument, "--resume-total must be at least --resume-buffer")
+        }
+        return CircuitRetention(grace: grace, perCircuit: perCircuit, budget: RetentionBudget(limit: limit))
+    }
+
+    /// `--resume-grace` (or its config key), 60 s when unset.
+    static func grace(_ layers: ConfigLayers, flag: String?) throws(ILSError) -> TimeAmount {
+        let span = try TimeSpan(parsing: layers.string(.resumeGrace, flag: flag) ?? "60s")
+        guard span.nanoseconds <= 3_600_000_000_000 else {
+            throw ILSError(.invalidArgument, "--resume-grace must be at most 1h")
+        }
+        return .nanoseconds(span.nanoseconds)
+    }
+
+    /// A size: digits, then nothing (bytes), `KiB`, `MiB` or `GiB`.
+    static func bytes(_ text: String?, name: String) throws(ILSError) -> Int? {
+        guard let text else { return nil }
+        let units: [(String, Int)] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1), ("", 1)]
+        for (suffix, scale) in units where text.hasSuffix(suffix) {
+            let digits = text.dropLast(suffix.count)
+            guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let value = Int(digits), value >= 0,
+                value <= Int.max / scale
+            else { break }
+            return value * scale
+        }
+        throw ILSError(.invalidArgument, "\(name) must be a size such as 512KiB or 1MiB, not '\(text)'")
+    }
+}
