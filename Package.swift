@@ -512,9 +512,12 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSCrypto",
                 "ILSFabric",
                 "ILSTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

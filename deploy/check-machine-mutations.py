@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Removes each transition of HTTP mode's state machines once and checks that a test catches it.
+"""Removes each transition of the state machines (HTTP mode's, a circuit's paths) once and checks that a test catches it.
 
     deploy/check-machine-mutations.py [--only NAME] [--scratch PATH]
 
@@ -20,7 +20,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONNECTION = "Sources/ILSProxy/ProxyConnectionMachine.swift"
 EXCHANGE = "Sources/ILSProxy/ExchangeMachine.swift"
-FILTER = "ILSProxyTests.(ProxyConnectionMachine|ExchangeMachine)"
+PATHS = "Sources/ILSFabric/CircuitPathMachine.swift"
+FILTER = "ILSProxyTests.(ProxyConnectionMachine|ExchangeMachine)|ILSFabricTests.CircuitPathMachineTests"
 
 # (name, file, text to find, replacement). Each removes or inverts one transition or one rule.
 MUTATIONS = [
@@ -143,6 +144,27 @@ MUTATIONS = [
     ("exchange: a second head forwarded", EXCHANGE,
      "        guard case .awaitingHead = response else {\n            backend = .close\n            return .refuse(.backendInvalidResponse)\n        }\n",
      ""),
+    ("paths: a lost path ends a resumable circuit", PATHS,
+     "            guard resumable, grace > .zero, !isDone else {", "            guard false else {"),
+    ("paths: a lost path holds a circuit both ends ended", PATHS,
+     "            guard resumable, grace > .zero, !isDone else {", "            guard resumable, grace > .zero else {"),
+    ("paths: a lost path holds a circuit mid-handshake", PATHS,
+     "        case .handshaking:\n            state = .closed\n            return .end\n",
+     "        case .handshaking:\n            return .none\n"),
+    ("paths: a replay accepted", PATHS,
+     "            return attempt > lastAttempt ? .attach : .refuse(reason: \"the resumption was replayed\")",
+     "            return .attach"),
+    ("paths: an accepted attempt not recorded", PATHS,
+     "        lastAttempt = attempt\n        state = .attached\n        return true\n",
+     "        state = .attached\n        return true\n"),
+    ("paths: a resumption after the window", PATHS,
+     "        case .held(let deadline) where now > deadline:\n            return .refuse(reason: \"the circuit's grace window ran out\")\n",
+     ""),
+    ("paths: the grace timer ignores the deadline", PATHS,
+     "        guard case .held(let deadline) = state, now >= deadline else { return false }",
+     "        guard case .held = state else { return false }"),
+    ("paths: the device's attempts do not count up", PATHS,
+     "        lastAttempt += 1\n        return lastAttempt", "        return lastAttempt + 1"),
     ("exchange: end without a head finishes", EXCHANGE,
      "        case .awaitingHead, .complete:\n            backend = .close\n            return .refuse(.backendInvalidResponse)\n",
      "        case .awaitingHead, .complete:\n            break\n"),

@@ -419,10 +419,12 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         -> String?
     {
         guard isActive else { return "the circuit is not held" }
+        let now = NIODeadline.now()
+        if case .refuse(let reason) = machine.resumeVerdict(attempt: attempt, now: now) { return reason }
         guard peerReceived >= firstRetained, peerReceived <= firstRetained + UInt64(retained.count) else {
             return "the resumption names records this end never sent"
         }
-        if case .refuse(let reason) = machine.resumeOffered(attempt: attempt, now: .now()) { return reason }
+        guard machine.resumeAccepted(attempt: attempt, now: now) else { return "the circuit is not held" }
         attach(path, peerReceived: peerReceived, first: answer)
         return nil
     }

@@ -81,8 +81,9 @@ package struct CircuitPathMachine: Sendable {
         case refuse(reason: String)
     }
 
-    /// A resume message for this circuit arrived on a new path (the gateway; its tag is already checked).
-    package mutating func resumeOffered(attempt: UInt32, now: NIODeadline) -> ResumeVerdict {
+    /// Whether a resume message for this circuit that arrived on a new path (the gateway; its tag is already
+    /// checked) may be accepted. Changes nothing: a refused one leaves the circuit as it was.
+    package func resumeVerdict(attempt: UInt32, now: NIODeadline) -> ResumeVerdict {
         switch state {
         case .handshaking, .closed:
             return .refuse(reason: "the circuit is not held")
@@ -93,11 +94,17 @@ package struct CircuitPathMachine: Sendable {
         case .attached, .held:
             // A path the gateway still thinks alive can be the device's old one (a black-holed network keeps its
             // stream open at the relay until the keepalive notices): a newer attempt replaces it.
-            guard attempt > lastAttempt else { return .refuse(reason: "the resumption was replayed") }
-            lastAttempt = attempt
-            state = .attached
-            return .attach
+            return attempt > lastAttempt ? .attach : .refuse(reason: "the resumption was replayed")
         }
+    }
+
+    /// The resumption `resumeVerdict` allowed is done: the new path is attached, and no attempt up to this one
+    /// will be accepted again.
+    package mutating func resumeAccepted(attempt: UInt32, now: NIODeadline) -> Bool {
+        guard resumeVerdict(attempt: attempt, now: now) == .attach else { return false }
+        lastAttempt = attempt
+        state = .attached
+        return true
     }
 
     /// The device's next attempt number, if the circuit is held and may still resume.

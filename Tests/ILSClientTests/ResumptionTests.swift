@@ -2,8 +2,11 @@ import Crypto
 import Foundation
 import ILSClient
 import ILSCore
+import ILSCrypto
 import ILSFabric
 import ILSTesting
+import NIOConcurrencyHelpers
+import NIOCore
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -151,5 +154,119 @@ struct ResumptionTests {
             #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
             #expect(gateway.retainedBytes == 0)
         }
+    }
+
+    @Test(
+        "refused resumptions change nothing: a replay after success, another identity's replay, an unknown circuit; the stream goes on; a revocation ends the circuit"
+    )
+    func refusals() async throws {
+        try await withClientCluster { cluster in
+            let identity = try await cluster.enroll("tab", role: .device)
+            let other = try await cluster.enroll("other", role: .device)
+            let gateway = cluster.gateways[0]
+            let dialer = try OverlayDialer(identity: identity)
+            let circuit = try #require(try await dialer.dial(service: "claude-api").get() as? CircuitChannel)
+            let seen = ByteCollector()
+            try await circuit.eventLoop.submit { try circuit.pipeline.syncOperations.addHandler(seen) }.get()
+            try await circuit.writeAndFlush(
+                ByteBuffer(string: "GET /sse?n=150&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            )
+            #expect(await TestCluster.eventually { sseData(seen.text).count >= 3 })
+            let (secrets, gatewayID) = try await circuit.eventLoop.submit {
+                (try #require(circuit.secrets), try #require(circuit.peerID))
+            }.get()
+
+            // The device's own resumption (attempt 1) after its connection dropped.
+            cluster.controller.dropConnections(identityID: identity.identity.id)
+            #expect(await TestCluster.eventually { gateway.resumedCount == 1 })
+
+            func resume(_ attempt: UInt32, id: [UInt8], secrets: E2EResumeSecrets, via: OverlayDialer) async throws
+                -> [[UInt8]]
+            {
+                let message = E2EResumeMessage(kind: .request, circuitID: id, attempt: attempt, received: 0)
+                    .sealed(with: secrets)
+                return try await Self.frames(answering: message, via: via, gateway: gatewayID)
+            }
+            // The same RESUME again: a replay.
+            let replayed = try await resume(1, id: secrets.circuitID, secrets: secrets, via: dialer)
+            #expect(replayed.map { E2EHandshake.refusalReason($0) } == ["the resumption was replayed"])
+            // A fresh attempt, made with the circuit's key (as if captured), sent by another identity.
+            let stolen = try await resume(7, id: secrets.circuitID, secrets: secrets, via: try OverlayDialer(identity: other))
+            #expect(stolen.map { E2EHandshake.refusalReason($0) } == ["the circuit belongs to another identity"])
+            // A circuit the gateway does not hold.
+            let unknown = E2EResumeSecrets(
+                keys: E2EDirectionKeys(
+                    initiatorToResponder: [UInt8](repeating: 1, count: 32),
+                    responderToInitiator: [UInt8](repeating: 2, count: 32)
+                )
+            )
+            let none = try await resume(1, id: unknown.circuitID, secrets: unknown, via: dialer)
+            #expect(none.map { E2EHandshake.refusalReason($0) } == ["this gateway holds no such circuit"])
+            // None of them moved the circuit: one resumption, and the answer goes on to its end, each event once.
+            #expect(gateway.resumedCount == 1)
+            #expect(await TestCluster.eventually { seen.text.hasSuffix("0\r\n\r\n") })
+            #expect(sseData(seen.text) == Self.events(150))
+            #expect(cluster.backend.record.streamsCompleted == 1)
+
+            // A revocation ends a circuit at once, held or not, and a resumption after it is refused by the relay.
+            let live = try #require(try await dialer.dial(service: "claude-api").get() as? CircuitChannel)
+            try await live.writeAndFlush(
+                ByteBuffer(string: "GET /sse?n=100000&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            )
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 1 })
+            let liveID = try await live.eventLoop.submit { try #require(live.secrets) }.get()
+            cluster.controller.dropConnections(identityID: identity.identity.id)
+            let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/tab/revoke")
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
+            #expect(await TestCluster.eventually { cluster.backend.record.streamsDisconnected == 1 })
+            await #expect(throws: (any Error).self) {
+                _ = try await resume(9, id: liveID.circuitID, secrets: liveID, via: dialer)
+            }
+            try await live.closeFuture.get()
+        }
+    }
+
+    /// Sends `message` as the first frame of a resumption stream to `gateway` through `dialer`, and returns every
+    /// frame the gateway answered with until the stream closed.
+    static func frames(answering message: [UInt8], via dialer: OverlayDialer, gateway: String) async throws
+        -> [[UInt8]]
+    {
+        let stream = try await dialer.openResumptionStream(service: "claude-api", gateway: gateway).get()
+        let frames = FrameCollector()
+        try await stream.eventLoop.submit {
+            try stream.pipeline.syncOperations.addHandler(frames)
+            var framed = ByteBuffer()
+            framed.writeInteger(UInt32(message.count))
+            framed.writeBytes(message)
+            stream.writeAndFlush(framed, promise: nil)
+        }.get()
+        try await stream.closeFuture.get()
+        return frames.all
+    }
+}
+
+/// Everything a circuit's pipeline reads, as text.
+final class ByteCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    private let bytes = NIOLockedValueBox("")
+
+    var text: String { bytes.withLockedValue { $0 } }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        bytes.withLockedValue { $0 += String(buffer: buffer) }
+    }
+}
+
+/// The frames a stream's frame decoder hands up.
+final class FrameCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    private let frames = NIOLockedValueBox<[[UInt8]]>([])
+
+    var all: [[UInt8]] { frames.withLockedValue { $0 } }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        frames.withLockedValue { $0.append(Array(buffer.readableBytesView)) }
     }
 }

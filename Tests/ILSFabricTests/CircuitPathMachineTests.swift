@@ -60,17 +60,19 @@ struct CircuitPathMachineTests {
     @Test("the gateway accepts a resumption with a newer attempt, held or still attached, and refuses a replay")
     func attemptsOnlyGoUp() {
         var machine = Self.attached()
-        // Still attached (the device's old path may be black-holed): a newer attempt takes over.
-        let result8 = machine.resumeOffered(attempt: 1, now: Self.now)
-        #expect(result8 == .attach)
-        let result9 = machine.resumeOffered(attempt: 1, now: Self.now)
-        #expect(result9 == .refuse(reason: "the resumption was replayed"))
+        // Asking changes nothing; accepting uses the attempt up.
+        #expect(machine.resumeVerdict(attempt: 1, now: Self.now) == .attach)
+        let accepted101 = machine.resumeAccepted(attempt: 1, now: Self.now)
+        #expect(accepted101)
+        #expect(machine.resumeVerdict(attempt: 1, now: Self.now) == .refuse(reason: "the resumption was replayed"))
+        let accepted102 = machine.resumeAccepted(attempt: 1, now: Self.now)
+        #expect(!accepted102)
         _ = machine.pathLost(now: Self.now)
-        let result10 = machine.resumeOffered(attempt: 1, now: Self.now)
-        #expect(result10 == .refuse(reason: "the resumption was replayed"))
-        let result11 = machine.resumeOffered(attempt: 3, now: Self.now)
-        #expect(result11 == .attach)
+        #expect(machine.resumeVerdict(attempt: 3, now: Self.now) == .attach)
+        let accepted103 = machine.resumeAccepted(attempt: 3, now: Self.now)
+        #expect(accepted103)
         #expect(machine.state == .attached)
+        #expect(machine.resumeVerdict(attempt: 2, now: Self.now) == .refuse(reason: "the resumption was replayed"))
     }
 
     @Test("no resumption after the window, of a closed or non-resumable circuit, or before the handshake")
@@ -78,18 +80,18 @@ struct CircuitPathMachineTests {
         var held = Self.attached(grace: .seconds(1))
         _ = held.pathLost(now: Self.now)
         #expect(
-            held.resumeOffered(attempt: 1, now: Self.now + .seconds(2))
+            held.resumeVerdict(attempt: 1, now: Self.now + .seconds(2))
                 == .refuse(reason: "the circuit's grace window ran out")
         )
-        var old = Self.attached(resumable: false)
-        let result12 = old.resumeOffered(attempt: 1, now: Self.now)
+        let old = Self.attached(resumable: false)
+        let result12 = old.resumeVerdict(attempt: 1, now: Self.now)
         #expect(result12 == .refuse(reason: "the circuit is not resumable"))
-        var handshaking = CircuitPathMachine(grace: .seconds(60))
-        let result13 = handshaking.resumeOffered(attempt: 1, now: Self.now)
+        let handshaking = CircuitPathMachine(grace: .seconds(60))
+        let result13 = handshaking.resumeVerdict(attempt: 1, now: Self.now)
         #expect(result13 == .refuse(reason: "the circuit is not held"))
         var closed = Self.attached()
         closed.closed()
-        let result14 = closed.resumeOffered(attempt: 1, now: Self.now)
+        let result14 = closed.resumeVerdict(attempt: 1, now: Self.now)
         #expect(result14 == .refuse(reason: "the circuit is not held"))
     }
 
