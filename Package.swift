@@ -407,6 +407,8 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSFabric",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -357,6 +357,7 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 return "the identity may no longer use this circuit"
                             }
                             GatewayMetrics.circuitsResumed.increment()
+                            shared.context.logger.info("circuit resumed", metadata: ["identity_id": "\(identityID)"])
                             return nil
                         }
                         return

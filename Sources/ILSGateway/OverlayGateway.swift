@@ -40,7 +40,7 @@ public final class OverlayGateway: Service, Sendable {
     private let logger: Logger
     private let policy = GatewayPolicy()
     /// Every resumable circuit, attached or held, for a resumption to find whichever link it comes on.
-    private let circuits = ResumableCircuits { GatewayMetrics.circuitsNotResumed.increment() }
+    private let circuits: ResumableCircuits
     private let retention: CircuitRetention
     private let eventLoop: any EventLoop
     private let links: NIOLockedValueBox<Links>
@@ -153,6 +153,10 @@ public final class OverlayGateway: Service, Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
         self.retention = retention
+        self.circuits = ResumableCircuits { [logger] in
+            GatewayMetrics.circuitsNotResumed.increment()
+            logger.notice("a held circuit was not resumed within the grace window; its backend request is cancelled")
+        }
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import ILSClient
 import ILSCore
+import ILSFabric
+import NIOCore
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -33,6 +35,17 @@ struct StreamExampleCommand: AsyncParsableCommand {
     @Option(help: "The service to reach.")
     var service = "claude-api"
 
+    @Option(
+        help: """
+            After this long with nothing received on the overlay connection, send a PING; a connection the network \
+            dropped silently is then noticed, and the request's circuit resumed on a new one. Default: 25s.
+            """
+    )
+    var keepalive = "25s"
+
+    @Option(help: "Close the overlay connection when nothing arrives this long after its PING. Default: 10s.")
+    var keepaliveTimeout = "10s"
+
     func validate() throws {
         guard path.hasPrefix("/") else { throw ValidationError("PATH must start with '/', e.g. /claude/stream") }
         guard !service.isEmpty, service.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "/") }) else {
@@ -44,7 +57,20 @@ struct StreamExampleCommand: AsyncParsableCommand {
         guard let file = try FileIdentityStore(path: identity).load() else {
             throw ILSError(.invalidInput, "no identity file at \(identity); enroll first")
         }
-        let client = try OverlayClient(identity: file)
+        let interval = try TimeSpan(parsing: keepalive)
+        let timeout = try TimeSpan(parsing: keepaliveTimeout)
+        guard interval.nanoseconds >= 1_000_000_000, timeout.nanoseconds >= 1_000_000_000 else {
+            throw ValidationError("--keepalive and --keepalive-timeout must be at least 1s")
+        }
+        let client = OverlayClient(
+            dialer: try OverlayDialer(
+                identity: file,
+                keepalive: FabricKeepalive(
+                    interval: .nanoseconds(interval.nanoseconds),
+                    timeout: .nanoseconds(timeout.nanoseconds)
+                )
+            )
+        )
         guard let url = URL(string: "http://\(service)\(path)") else {
             throw ValidationError("'\(path)' is not a valid path and query")
         }

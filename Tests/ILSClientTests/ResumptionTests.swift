@@ -191,7 +191,12 @@ struct ResumptionTests {
             let replayed = try await resume(1, id: secrets.circuitID, secrets: secrets, via: dialer)
             #expect(replayed.map { E2EHandshake.refusalReason($0) } == ["the resumption was replayed"])
             // A fresh attempt, made with the circuit's key (as if captured), sent by another identity.
-            let stolen = try await resume(7, id: secrets.circuitID, secrets: secrets, via: try OverlayDialer(identity: other))
+            let stolen = try await resume(
+                7,
+                id: secrets.circuitID,
+                secrets: secrets,
+                via: try OverlayDialer(identity: other)
+            )
             #expect(stolen.map { E2EHandshake.refusalReason($0) } == ["the circuit belongs to another identity"])
             // A circuit the gateway does not hold.
             let unknown = E2EResumeSecrets(

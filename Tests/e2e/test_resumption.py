@@ -1,0 +1,224 @@
+"""Issue 38: an answer survives the network. The device sits in a network namespace of its own with two interfaces,
+"wifi" and "cell", each a veth pair to this namespace with its own address; the controller listens on the wifi
+pair's host address, which the device reaches over wifi first. Mid-stream the wifi path is black-holed (iptables
+DROP in the device's namespace: no reset, no FIN; the old connection's packets just go nowhere) and the route to the
+controller moves to cell. The tunnel and ILSClient (`ils-client-example`, URLSession) notice the dead connection by
+their keepalive (1 s + 1 s here), resume the circuit on a new connection over cell, and the answer goes on: every
+event once, in order; the backend saw one request per stream and none was cancelled.
+
+Real binaries, real TLS, real sockets; the namespaces, veth pairs, routes and iptables rules are made by the test and
+removed after it. Skipped where namespaces cannot be made (not root)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+from conftest import Backend, Controller, ManagedProcess, cli_env
+from sse_helpers import parse_sse, process_timed_lines
+from test_faults import backend_streams, gateway_process, private_binary, run
+from test_overlay import SERVICE, enroll
+
+N = 400  # events per stream, 50 ms apart: 20 s
+INTERVAL_MS = 50
+SWITCH_AFTER = 40  # events seen before the wifi path is black-holed
+DEVICE_KEEPALIVE = ["--keepalive", "1s", "--keepalive-timeout", "1s"]
+PAUSE_BOUND_S = 15.0  # keepalive (2 s) + a new connection and the resumption; generous for a loaded CI machine
+
+
+@dataclass
+class DeviceNetns:
+    """The device's namespace, with a wifi and a cell veth pair to this namespace."""
+    name: str
+    wifi_host: str  # this namespace's end of wifi: the controller listens here
+    wifi_device: str
+    cell_host: str
+    cell_device: str
+    wifi_if: str
+    cell_if: str
+
+    def exec_args(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def switch_to_cell(self) -> None:
+        """Black-holes wifi (packets dropped both ways in the device's namespace: no reset) and routes the
+        controller's address over cell."""
+        for chain, flag in (("OUTPUT", "-o"), ("INPUT", "-i")):
+            run(*self.exec_args(), "iptables", "-A", chain, flag, self.wifi_if, "-j", "DROP")
+        run("ip", "-n", self.name, "route", "replace", f"{self.wifi_host}/32", "via", self.cell_host,
+            "dev", self.cell_if, "src", self.cell_device)
+
+
+@pytest.fixture
+def device_netns() -> Iterator[DeviceNetns]:
+    if subprocess.run(["which", "iptables"], capture_output=True).returncode != 0:
+        pytest.skip("iptables is not installed (deploy/install-deps.sh installs it)")
+    tag = os.urandom(3).hex()
+    octet = 16 + int(tag[:2], 16) % 200
+    ns = DeviceNetns(f"ils-r-{tag}", f"10.232.{octet}.1", f"10.232.{octet}.2", f"10.233.{octet}.1",
+                     f"10.233.{octet}.2", f"wifi{tag}", f"cell{tag}")
+    made = subprocess.run(["ip", "netns", "add", ns.name], capture_output=True, text=True, timeout=20)
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here ({made.stderr.strip()}): needs root / CAP_NET_ADMIN")
+    host_ifs = [f"hw{tag}", f"hc{tag}"]
+    try:
+        for host_if, dev_if, host_ip, dev_ip in ((host_ifs[0], ns.wifi_if, ns.wifi_host, ns.wifi_device),
+                                                 (host_ifs[1], ns.cell_if, ns.cell_host, ns.cell_device)):
+            run("ip", "link", "add", host_if, "type", "veth", "peer", "name", dev_if)
+            run("ip", "link", "set", dev_if, "netns", ns.name)
+            run("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
+            run("ip", "link", "set", host_if, "up")
+            run("ip", "-n", ns.name, "addr", "add", f"{dev_ip}/30", "dev", dev_if)
+            run("ip", "-n", ns.name, "link", "set", dev_if, "up")
+        run("ip", "-n", ns.name, "link", "set", "lo", "up")
+        yield ns
+    finally:
+        for host_if in host_ifs:
+            run("ip", "link", "del", host_if, check=False)
+        run("ip", "netns", "del", ns.name, check=False)
+
+
+def indices(events) -> list[int]:
+    return [e.json["index"] for e in events if e.event == "message"]
+
+
+def pause_after(times: list[float], cut_at: float) -> float:
+    after = [cut_at] + [t for t in times if t >= cut_at]
+    return max((b - a for a, b in zip(after, after[1:])), default=0.0)
+
+
+def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
+                    interrupt, controller_flags: tuple[str, ...] = ()) -> None:
+    """Runs the overlay (controller on the wifi pair's host address, gateway and backend here, the tunnel in the
+    device's namespace), streams N events through the tunnel (curl) and through ILSClient (`ils-client-example`) at
+    once from the device's namespace, calls `interrupt(processes)` once both are well under way, and checks that each
+    stream got every event once, in order, and that the backend saw one request per stream, never cancelled."""
+    root, logs = tmp_path / "root", tmp_path / "logs"
+    root.mkdir()
+    logs.mkdir()
+    binary = private_binary(ils_bin, logs)
+    c = Controller(binary, root, logs)
+    c.address = f"https://{ns.wifi_host}:{c.port}"
+    assert c.init().returncode == 0
+    controller = ManagedProcess(
+        "controller-r",
+        [str(binary), "controller", "run", "--state-dir", str(c.state_dir), "--listen", f"{ns.wifi_host}:{c.port}",
+         "--log-level", "info", *controller_flags],
+        logs, cwd=root, env=cli_env(),
+    )
+    backend = Backend(logs)
+    tunnel_port = 18000 + int(ns.name[-4:], 16) % 20000
+    tunnel = ManagedProcess(
+        "tunnel-r",
+        ns.exec_args() + [str(binary), "tunnel", "--identity", "identities/ipad-r.json", "--service", SERVICE,
+                          "--listen", f"127.0.0.1:{tunnel_port}", "--log-level", "info", *DEVICE_KEEPALIVE],
+        logs, cwd=root, env=cli_env(),
+    )
+    gateway: Optional[ManagedProcess] = None
+    try:
+        controller.start()
+        controller.wait_for_log("controller listening")
+        c.process = controller
+        enroll(c, "gw-r", "gateway")
+        enroll(c, "ipad-r", "device")
+        enroll(c, "app-r", "device")
+        backend.start()
+        gateway = gateway_process(c, backend, logs, identity="gw-r")
+        gateway.start()
+        gateway.wait_for_log("hosting service")
+        tunnel.start()
+        tunnel.wait_for_log("tunnel listening")
+        before = backend_streams(backend)
+
+        query = f"/claude/stream?n={N}&interval_ms={INTERVAL_MS}"
+        results: dict[str, tuple[int, list[tuple[float, str]], str]] = {}
+        app_pid: list[int] = []
+
+        def stream(name: str, args: list[str]) -> None:
+            results[name] = process_timed_lines(ns.exec_args() + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=root)
+
+        readers = [
+            threading.Thread(target=stream, args=("tunnel", ["curl", "-sSN", "--max-time", "150",
+                                                             f"http://127.0.0.1:{tunnel_port}{query}"])),
+            threading.Thread(target=stream, args=("app", [str(client_example_bin), "stream", "--identity",
+                                                          "identities/app-r.json", *DEVICE_KEEPALIVE, query])),
+        ]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 60
+        while backend_streams(backend)["active"] < 2:
+            assert time.monotonic() < deadline, "the streams never started"
+            time.sleep(0.05)
+        time.sleep(SWITCH_AFTER * INTERVAL_MS / 1000)  # Sleep: the streams must be well under way; they pace it.
+        cut_at = time.time()
+        interrupt(tunnel, client_example_bin)
+        for reader in readers:
+            reader.join(timeout=N * INTERVAL_MS / 1000 + 120)
+
+        for name in ("tunnel", "app"):
+            status, lines, stderr = results[name]
+            assert status == 0, f"{name}: exit {status}: {stderr}"
+            sse: list[tuple[float, str]] = []
+            for at, line in lines:
+                if name == "app":
+                    # ils-client-example prints each non-empty line after its arrival time: put the blank line
+                    # that ends an event back.
+                    line = line.split(" ", 1)[1] if " " in line else line
+                    sse += [(at, line)] + ([(at, "")] if line.startswith("data:") else [])
+                else:
+                    sse.append((at, line))
+            events = parse_sse(sse)
+            assert indices(events) == list(range(N)), f"{name}: {indices(events)[:10]}…"
+            assert events[-1].event == "done", f"{name}: {events[-1]}"
+            pause = pause_after([e.received_at for e in events], cut_at)
+            print(f"\n{what}, {name}: {N} events, each once and in order; longest pause after it {pause:.2f} s")
+            assert pause < PAUSE_BOUND_S + (STOP_S if "stopped" in what else 0), f"{name}: paused {pause:.1f} s"
+        assert gateway.full_log().count("circuit resumed") >= 2, "the gateway resumed no circuit"
+        after = backend_streams(backend)
+        assert after["completed"] == before["completed"] + 2, (before, after)
+        assert after["disconnected"] == before["disconnected"], (before, after)
+    finally:
+        for p in (tunnel, gateway, backend, controller):
+            if p is not None:
+                p.stop()
+
+
+STOP_S = 20.0
+
+
+def test_a_network_switch_mid_stream_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
+                                                   tmp_path: Path) -> None:
+    streams_survive(device_netns, ils_bin, client_example_bin, tmp_path, "wifi black-holed, route moved to cell",
+                    lambda tunnel, example: device_netns.switch_to_cell())
+
+
+def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
+                                                 tmp_path: Path) -> None:
+    """The device's processes stopped (SIGSTOP) for 20 s, as a sleeping tablet's app is: the controller's keepalive
+    (2 s + 2 s here) closes their connections meanwhile, the gateway holds both circuits, and when the processes go
+    on (SIGCONT) they find their connections gone and resume."""
+
+    def stop_the_device(tunnel: ManagedProcess, example: Path) -> None:
+        assert tunnel.proc is not None
+        found = subprocess.run(["pgrep", "-f", f"^{example} stream"], capture_output=True, text=True)
+        pids = [tunnel.proc.pid] + [int(p) for p in found.stdout.split()]
+        assert len(pids) == 2, f"the app's process was not found: {found.stdout!r}"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(STOP_S)  # Sleep: the length of the stop is the test.
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+    streams_survive(device_netns, ils_bin, client_example_bin, tmp_path, "device stopped for 20 s", stop_the_device,
+                    controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"))
