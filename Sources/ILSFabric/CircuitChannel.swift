@@ -319,10 +319,14 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         updateWritability()
     }
 
+    /// Writable while the path is, and while what is kept is under the circuit's bound; a held circuit (no path)
+    /// also stops at the process's total (`RetentionBudget`). The total bounds only held circuits: an attached
+    /// circuit's keeping is its records in flight, drained by the device's ACKs and bounded per circuit like an
+    /// HTTP/2 window, and one device's held circuits filling the budget must not stall everyone else's answers.
     private func updateWritability() {
         var writable = path?.isWritable ?? isHeld
-        if machine.resumable, retainedBytes > Self.retentionFloor {
-            if retainedBytes >= retention.perCircuit || retention.budget.bytes >= retention.budget.limit {
+        if machine.resumable {
+            if retainedBytes >= retention.perCircuit || (isHeld && retention.budget.bytes >= retention.budget.limit) {
                 writable = false
             }
         }
@@ -338,10 +342,6 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         }
         if changed { pipeline.syncOperations.fireChannelWritabilityChanged() }
     }
-
-    /// What a circuit may always keep, whatever the budget: one record and change, so a circuit is never stopped by
-    /// others alone before it sent anything.
-    static let retentionFloor = 80 * 1024
 
     // MARK: From the path
 

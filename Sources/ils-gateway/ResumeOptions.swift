@@ -26,8 +26,8 @@ struct ResumeOptions: ParsableArguments {
 
     @Option(
         help: """
-            Overlay gateway: what all circuits keep together for resumption (KiB, MiB or GiB); at this bound \
-            circuits stop reading their backends. Default: 256MiB.
+            Overlay gateway: what all held circuits (their path lost) keep together (KiB, MiB or GiB); at this \
+            bound they stop reading their backends. Default: 256MiB.
             """
     )
     var resumeTotal: String?

@@ -275,3 +275,62 @@ final class FrameCollector: ChannelInboundHandler, Sendable {
         frames.withLockedValue { $0.append(Array(buffer.readableBytesView)) }
     }
 }
+
+@Suite("Held circuits are bounded in memory", .clusterExclusive)
+struct HeldCircuitMemoryTests {
+    @Test(
+        "held circuits whose backends keep writing keep no more than the configured total: the rest waits in the backends (200; ILS_HELD_CIRCUITS=1000 for the issue's figure)"
+    )
+    func heldCircuitsStayWithinTheTotal() async throws {
+        let count = Int(ProcessInfo.processInfo.environment["ILS_HELD_CIRCUITS"] ?? "") ?? 200
+        let limit = 8 * 1024 * 1024
+        let cluster = try await TestCluster.start(
+            gateways: 0,
+            circuitLimits: .init(concurrent: 2 * count, opensPerSecond: 10 * count)
+        )
+        do {
+            _ = try await cluster.addGateway(
+                name: "gw1",
+                retention: CircuitRetention(grace: .seconds(600), budget: RetentionBudget(limit: limit))
+            )
+            let gateway = cluster.gateways[0]
+            let identity = try await cluster.enroll("tab", role: .device)
+            // A device that never comes back: its circuits end with their paths; the gateway holds its halves.
+            let dialer = try OverlayDialer(identity: identity, retention: CircuitRetention(grace: .zero))
+            let request = ByteBuffer(string: "GET /sse?n=1000000&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for batch in 0..<(count / 50) {
+                    for _ in 0..<50 {
+                        group.addTask {
+                            let circuit = try await dialer.dial(service: "claude-api").get()
+                            try await circuit.writeAndFlush(request)
+                        }
+                    }
+                    if batch % 4 == 3 { try await group.waitForAll() }
+                }
+                try await group.waitForAll()
+            }
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == count })
+            cluster.controller.dropConnections(identityID: identity.identity.id)
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.held == count })
+            // What the circuits kept while attached (records in flight, bounded per circuit, not by the total).
+            let atHold = gateway.retainedBytes
+            // Every held circuit stops reading its backend once the total is reached.
+            #expect(await TestCluster.eventually { gateway.heldBackendReads == count })
+            let retained = gateway.retainedBytes
+            print("\(count) held circuits keep \(retained) bytes (total bound \(limit); \(atHold) when held)")
+            // At most one backend read per circuit (one read per turn, at most 64 KiB: `BackendPool`) beyond the total,
+            // or beyond what they kept when they were held if that was more: a circuit learns that the total is
+            // reached at its next write, and what its backend read in progress brought is kept.
+            #expect(retained <= max(limit, atHold) + count * 64 * 1024, "\(retained) bytes kept")
+            #expect(retained >= limit, "the circuits stopped before the total: \(retained) bytes")
+            gateway.stop()
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
+            #expect(gateway.retainedBytes == 0)
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+}
