@@ -297,7 +297,11 @@ struct HeldCircuitMemoryTests {
             let identity = try await cluster.enroll("tab", role: .device)
             // A device that never comes back: its circuits end with their paths; the gateway holds its halves.
             let dialer = try OverlayDialer(identity: identity, retention: CircuitRetention(grace: .zero))
-            let request = ByteBuffer(string: "GET /sse?n=1000000&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            // 10,000 events a second in all, whatever the count: what one debug-build gateway loop keeps up with.
+            let interval = count / 10
+            let request = ByteBuffer(
+                string: "GET /sse?n=1000000&interval_ms=\(interval) HTTP/1.1\r\nHost: claude-api\r\n\r\n"
+            )
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for batch in 0..<(count / 50) {
                     for _ in 0..<50 {
