@@ -15,11 +15,17 @@ public final class ResumableCircuits: Sendable {
     public var resumed: Int { resumedTotal.withLockedValue { $0 } }
     /// Held circuits whose grace window ran out (their backend requests were cancelled).
     public var expired: Int { expiredTotal.withLockedValue { $0 } }
-    /// Called when a held circuit's grace window runs out (metrics).
+    /// Called when a held circuit's grace window runs out (metrics, log).
     public let onExpired: @Sendable () -> Void
+    /// Called with the identity id when a resumption was accepted (metrics, log).
+    public let onResumed: @Sendable (String) -> Void
 
-    public init(onExpired: @escaping @Sendable () -> Void = {}) {
+    public init(
+        onExpired: @escaping @Sendable () -> Void = {},
+        onResumed: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.onExpired = onExpired
+        self.onResumed = onResumed
     }
 
     /// How many circuits are registered, and how many of them are held (no path).
@@ -83,13 +89,13 @@ public final class ResumableCircuits: Sendable {
     ) -> String? {
         guard let message = try? E2EResumeMessage.parse(Array(frame.readableBytesView)), message.kind == .request
         else { return "the first message on a resumed circuit must be RESUME" }
-        guard let circuit = circuit(id: message.circuitID), let secrets = circuit.secrets,
-            message.verify(with: secrets)
+        // The circuit's state is its event loop's: a circuit on another loop than this stream is not touched.
+        guard let circuit = circuit(id: message.circuitID), circuit.eventLoop === path.channel?.eventLoop,
+            let secrets = circuit.secrets, message.verify(with: secrets)
         else { return "this gateway holds no such circuit" }
         guard let peerID = circuit.peerID, peerID == deviceID else {
             return "the circuit belongs to another identity"
         }
-        guard circuit.eventLoop === path.channel?.eventLoop else { return "this gateway holds no such circuit" }
         if let reason = authorize(peerID) { return reason }
         let answer = E2EResumeMessage(
             kind: .answer,
@@ -103,7 +109,10 @@ public final class ResumableCircuits: Sendable {
             peerReceived: message.received,
             answer: E2ERecordLayer.frame(answer, allocator: circuit.allocator)
         )
-        if refusal == nil { resumedTotal.withLockedValue { $0 += 1 } }
+        if refusal == nil {
+            resumedTotal.withLockedValue { $0 += 1 }
+            onResumed(peerID)
+        }
         return refusal
     }
 }

@@ -183,7 +183,7 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         inbound.readCompleted()
         context.fireChannelReadComplete()
         guard case .established(let layer) = state, output.isOpen else { return }
-        let due = inbound.ackDue(layer: layer, on: context.eventLoop) { [weak self] in
+        let due = inbound.ackDue(resumable: layer.isResumable, on: context.eventLoop) { [weak self] in
             guard let self, case .established(let layer) = self.state, self.output.isOpen,
                 let count = self.inbound.acknowledgeNow()
             else { return }
@@ -195,6 +195,8 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     /// A reset of the established circuit's stream that this side did not ask for is a truncation (reported once,
     /// in place of the HTTP/2 error); other errors go up unchanged.
     public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A circuit whose resumption failed says so once (`notResumed`); its close that follows is no cut to report.
+        if let failed = error as? E2ECircuitError, failed.code == E2ECircuitError.notResumed.code { end.closing() }
         if case .established = state, CircuitEnd.isCut(error) {
             if end.reportTruncation() { context.fireErrorCaught(E2ECircuitError.truncated) }
             return

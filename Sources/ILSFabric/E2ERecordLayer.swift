@@ -263,8 +263,10 @@ struct InboundRecords {
     static let ackEveryRecords: UInt64 = 16
     static let ackEveryBytes = 256 * 1024
     static let ackDelay: TimeAmount = .seconds(1)
-    /// What may wait here: the most a peer may send unacknowledged, plus one record.
+    /// What may wait here: the most a peer may send unacknowledged, plus one record. Each item counts its
+    /// plaintext and `itemOverhead`, about what it costs in memory beyond its bytes.
     static let limit = CircuitRetention.maximumPerCircuit + RecordLimits.maximumPlaintext + 64
+    static let itemOverhead = 64
 
     /// Whether records wait for the layer above to ask: only on a resumable circuit over a `CircuitChannel`, whose
     /// path reads freely. Anywhere else the channel below reads only when asked, and records go up as they open.
@@ -278,8 +280,18 @@ struct InboundRecords {
         gated = layer.isResumable && channel is CircuitChannel
     }
 
-    /// An ACK record was opened.
-    mutating func openedAck() { delivered += 1 }
+    /// An ACK record was opened. ACKs are records too, kept by their sender until acknowledged: in a one-way flow
+    /// (a download, an SSE stream) the receiving end sends only ACKs, so it must get ACKs back or its own fill its
+    /// bound and stop it. Every `acksPerAck` of them make an ACK due; that ACK is one the peer counts in turn, so
+    /// the exchange shrinks by that factor each way and never ping-pongs.
+    mutating func openedAck() {
+        delivered += 1
+        acksUnacknowledged += 1
+        if acksUnacknowledged >= Self.acksPerAck { pending = true }
+    }
+
+    private var acksUnacknowledged = 0
+    static let acksPerAck = 32
 
     /// A data record was opened: returns it to hand up now, or nil if it waits.
     mutating func opened(_ plaintext: ByteBuffer, final: Bool) -> Item? {
@@ -297,7 +309,8 @@ struct InboundRecords {
             handedUp(item)
             return item
         }
-        if case .record(let buffer, _) = item { queuedBytes += buffer.readableBytes }
+        // What an item costs here whatever its size: a flood of empty records must meet the bound too.
+        if case .record(let buffer, _) = item { queuedBytes += buffer.readableBytes + Self.itemOverhead }
         queue.append(item)
         return nil
     }
@@ -328,8 +341,8 @@ struct InboundRecords {
     mutating func readCompleted() { wanted = false }
 
     /// The count to acknowledge now, if one is due (`layer` resumable); else arms the delayed ACK with `later`.
-    mutating func ackDue(layer: E2ERecordLayer, on eventLoop: any EventLoop, later: @escaping () -> Void) -> UInt64? {
-        guard layer.isResumable, pending else { return nil }
+    mutating func ackDue(resumable: Bool, on eventLoop: any EventLoop, later: @escaping () -> Void) -> UInt64? {
+        guard resumable, pending else { return nil }
         if delivered - acknowledged >= Self.ackEveryRecords || unacknowledgedBytes >= Self.ackEveryBytes {
             return acknowledgeNow()
         }
@@ -345,6 +358,7 @@ struct InboundRecords {
         pending = false
         acknowledged = delivered
         unacknowledgedBytes = 0
+        acksUnacknowledged = 0
         return delivered
     }
 

@@ -101,6 +101,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     /// an oversized frame, a transport failure): the circuit is closed here. After, the proxy core handles it; a
     /// reset of the stream that the gateway did not ask for reaches it as `E2ECircuitError.truncated`.
     public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A circuit whose resumption failed says so once (`notResumed`); its close that follows is no cut to report.
+        if let failed = error as? E2ECircuitError, failed.code == E2ECircuitError.notResumed.code { end.closing() }
         if case .established = state {
             if CircuitEnd.isCut(error) {
                 if end.reportTruncation() { context.fireErrorCaught(E2ECircuitError.truncated) }
@@ -164,7 +166,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
 
     private func acknowledge(context: ChannelHandlerContext) {
         guard case .established(let layer) = state, !outputClosed else { return }
-        let due = inbound.ackDue(layer: layer, on: context.eventLoop) { [weak self] in
+        let due = inbound.ackDue(resumable: layer.isResumable, on: context.eventLoop) { [weak self] in
             guard let self, case .established(let layer) = self.state, !self.outputClosed,
                 let count = self.inbound.acknowledgeNow()
             else { return }

@@ -356,8 +356,6 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                                 GatewayMetrics.refusal("resume")
                                 return "the identity may no longer use this circuit"
                             }
-                            GatewayMetrics.circuitsResumed.increment()
-                            shared.context.logger.info("circuit resumed", metadata: ["identity_id": "\(identityID)"])
                             return nil
                         }
                         return

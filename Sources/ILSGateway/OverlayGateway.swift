@@ -153,10 +153,18 @@ public final class OverlayGateway: Service, Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
         self.retention = retention
-        self.circuits = ResumableCircuits { [logger] in
-            GatewayMetrics.circuitsNotResumed.increment()
-            logger.notice("a held circuit was not resumed within the grace window; its backend request is cancelled")
-        }
+        self.circuits = ResumableCircuits(
+            onExpired: { [logger] in
+                GatewayMetrics.circuitsNotResumed.increment()
+                logger.notice(
+                    "a held circuit was not resumed within the grace window; its backend request is cancelled"
+                )
+            },
+            onResumed: { [logger] identityID in
+                GatewayMetrics.circuitsResumed.increment()
+                logger.info("circuit resumed", metadata: ["identity_id": "\(identityID)"])
+            }
+        )
         // One event loop carries the controller connection, its circuits and their backend connections, so a
         // circuit and its backend request never hop threads.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOEmbedded
 import Testing
 
 @testable import ILSFabric
@@ -129,5 +130,28 @@ struct CircuitPathMachineTests {
         #expect(result23)
         let result24 = machine.resumed()
         #expect(!result24)
+    }
+}
+
+@Suite("ACKs of a resumable circuit")
+struct InboundRecordsTests {
+    @Test(
+        "an end that receives only ACKs (a download's sender) acknowledges every 32 of them, so they never fill the peer's bound"
+    )
+    func acksAreAcknowledged() {
+        var inbound = InboundRecords()
+        let loop = EmbeddedEventLoop()
+        for _ in 0..<(InboundRecords.acksPerAck - 1) { inbound.openedAck() }
+        let early = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(early == nil)
+        inbound.openedAck()
+        let due = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(due == UInt64(InboundRecords.acksPerAck))
+        // Nothing new since: no ACK, and none without a resumable suite.
+        let again = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(again == nil)
+        for _ in 0..<InboundRecords.acksPerAck { inbound.openedAck() }
+        let old = inbound.ackDue(resumable: false, on: loop) {}
+        #expect(old == nil)
     }
 }
