@@ -239,11 +239,14 @@ public final class TestCluster: @unchecked Sendable {
     /// Starts a tunnel for `identity` on a free loopback port; returns the port.
     @discardableResult
     public func startTunnel(identity: IdentityFile, service: String = "claude-api") async throws -> Int {
+        // A short grace: a test's tunnel whose cluster stopped under an open circuit would otherwise keep trying to
+        // resume it for the standard 60 s, connecting again every 2 s, in a process that runs many clusters.
         let tunnel = try Tunnel(
             identity: identity,
             service: service,
             listen: HostPort(host: "127.0.0.1", port: 0),
             allowRemote: false,
+            retention: CircuitRetention(grace: TestTiming.scaled(.seconds(10))),
             logger: logger
         )
         let port = try await tunnel.start().port!
