@@ -465,9 +465,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             old.detach()
             old.close(mode: .all, promise: nil)
         }
-        acknowledge(peerReceived)
+        // The new path first: what is dropped now is judged against its writability, not a missing path's.
         path = new
         new.circuit = self
+        acknowledge(peerReceived)
         if let first { new.write(first, promise: nil) }
         for frame in retained { new.write(frame, promise: nil) }
         new.flush()
