@@ -38,6 +38,10 @@ public final class OverlayDialer: Sendable {
 
     /// The end-to-end handshake this device speaks: the current version; tests play older devices with it.
     private let handshakeVersion: any E2EHandshakeVersion
+    /// The record suites the device offers (nil: all of `handshakeVersion`'s). With a grace window of 0 the device
+    /// cannot resume, so it does not offer the resumable suite: nothing is kept or acknowledged at either end, and
+    /// the gateway ends the backend request with the path, as before resumption (docs/operations.md).
+    private let offeredSuites: [E2ESuite]?
 
     public convenience init(
         identity: IdentityFile,
@@ -59,12 +63,15 @@ public final class OverlayDialer: Sendable {
         eventLoop: any EventLoop,
         keepalive: FabricKeepalive,
         handshakeVersion: any E2EHandshakeVersion,
-        retention: CircuitRetention = .standard
+        retention: CircuitRetention = .standard,
+        suites: [E2ESuite]? = nil
     ) throws(ILSError) {
         self.eventLoop = eventLoop
         self.keepalive = keepalive
         self.retention = retention
         self.handshakeVersion = handshakeVersion
+        let unresumable = handshakeVersion.suites.filter { !$0.isResumable }
+        self.offeredSuites = suites ?? (retention.grace > .zero || unresumable.isEmpty ? nil : unresumable)
         self.current = NIOLockedValueBox(try Self.load(identity))
     }
 
@@ -347,7 +354,12 @@ public final class OverlayDialer: Sendable {
                 circuit.onHeld = { circuit in self.resume(circuit, service: service, backoff: .zero) }
                 circuit.start(on: path)
                 try circuit.pipeline.syncOperations.addHandler(
-                    E2EInitiatorHandler(credentials: credentials, service: service, version: self.handshakeVersion)
+                    E2EInitiatorHandler(
+                        credentials: credentials,
+                        service: service,
+                        version: self.handshakeVersion,
+                        suites: self.offeredSuites
+                    )
                 )
                 return circuit
             }.flatMapErrorThrowing { error in

@@ -111,6 +111,8 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private var retained = CircularBuffer<ByteBuffer>()
     private var firstRetained: UInt64 = 0
     private var retainedBytes = 0
+    /// How many records we had sent when our direction ended (its FINAL the last): an ACK of that many has it.
+    private var sentAtOutputEnd: UInt64?
     /// Promises of kept records written while the circuit was not writable.
     private var waitingForWritability: [EventLoopPromise<Void>] = []
     /// How many of the peer's records were read, and how many of them the last ACK we sent covered.
@@ -150,6 +152,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     package var state: CircuitPathMachine.State { machine.state }
+
+    /// The stream under the circuit now, if any (tests: what a foreign client does below its end-to-end layer).
+    package var pathStream: (any Channel)? { path?.channel }
 
     // MARK: Channel
 
@@ -263,16 +268,16 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             promise?.fail(ChannelError.operationUnsupported)
         case .output:
             machine.outputDidEnd()
-            if let path {
+            sentAtOutputEnd = firstRetained + UInt64(retained.count)
+            if !machine.resumable, let path {
                 path.close(mode: .output, promise: promise)
-            } else {
-                promise?.succeed()
+                return
             }
+            // The FINAL record is kept like any other: the direction's end is safe now, and END_STREAM waits until
+            // the circuit is settled (`CircuitPathMachine.pathEndDue`).
+            promise?.succeed()
+            endPathIfDue()
         case .all:
-            let path = self.path
-            self.path = nil
-            path?.detach()
-            path?.close(mode: .all, promise: nil)
             finish(promise: promise)
         }
     }
@@ -300,6 +305,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             acknowledge(count)
         case .peerFinished:
             machine.peerDidFinish()
+            endPathIfDue()
         }
         promise?.succeed()
     }
@@ -316,7 +322,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             retention.budget.add(-frame.capacity)
         }
         firstRetained += UInt64(drop)
+        if let sent = sentAtOutputEnd, count >= sent { machine.outputWasAcknowledged() }
         updateWritability()
+        endPathIfDue()
+    }
+
+    /// Ends the current path's output (END_STREAM) if the machine says it is time.
+    private func endPathIfDue() {
+        guard let path, machine.pathEndDue() else { return }
+        path.close(mode: .output, promise: nil)
     }
 
     /// Writable while the path is, and while what is kept is under the circuit's bound; a held circuit (no path)
@@ -367,7 +381,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     func pathError(_ path: CircuitPathHandler, _ error: any Error) {
         guard path === self.path, isActive else { return }
         // A reset stream of a circuit that may be resumed is a lost path, not an error: `pathInactive` follows.
-        if machine.resumable, !machine.isDone, CircuitEnd.isCut(error), machine.grace > .zero { return }
+        if machine.resumable, !machine.isSettled, CircuitEnd.isCut(error), machine.grace > .zero { return }
         pipeline.syncOperations.fireErrorCaught(error)
     }
 
@@ -472,12 +486,16 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         if let first { new.write(first, promise: nil) }
         for frame in retained { new.write(frame, promise: nil) }
         new.flush()
-        if machine.outputEnded { new.close(mode: .output, promise: nil) }
         if readDemanded { new.demandRead() }
         updateWritability()
+        endPathIfDue()
     }
 
+    /// How long a path ended cleanly at the circuit's close waits for the peer's END_STREAM before it is reset.
+    static let lingerTimeout: TimeAmount = .seconds(10)
+
     private func finish(promise: EventLoopPromise<Void>?) {
+        let action = path == nil ? .reset : machine.closing()
         machine.closed()
         graceTimer?.cancel()
         flags.withLockedValue {
@@ -493,7 +511,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         if let path {
             self.path = nil
             path.detach()
-            path.close(mode: .all, promise: nil)
+            switch action {
+            case .reset:
+                path.close(mode: .all, promise: nil)
+            case .end(let sendEndStream):
+                // Both directions ended: the path ends cleanly, so the peer gets what is still on its way (our
+                // FINAL, our ACK of its own) and no reset it would take for a lost path.
+                if sendEndStream { path.close(mode: .output, promise: nil) }
+                path.linger(Self.lingerTimeout)
+            }
         }
         promise?.succeed()
         pipeline.syncOperations.fireChannelInactive()

@@ -16,6 +16,7 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
     var circuit: CircuitChannel?
     private var context: ChannelHandlerContext?
     private var readHeld = false
+    private var lingerTimer: Scheduled<Void>?
 
     /// Takes the path's first frame instead of the circuit: a resumption's RESUME or RESUMED, which attaches it.
     var onFirstFrame: ((CircuitPathHandler, ByteBuffer) -> Void)?
@@ -39,6 +40,8 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        lingerTimer?.cancel()
+        lingerTimer = nil
     }
 
     /// The circuit no longer uses this path: nothing from it reaches the circuit any more.
@@ -64,6 +67,14 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
             return
         }
         context.close(mode: mode, promise: promise)
+    }
+
+    /// A path its circuit let go of cleanly (END_STREAM sent): it closes by itself when the peer's END_STREAM
+    /// comes, or is reset after `timeout`, so a peer that never ends its side cannot pin the stream.
+    func linger(_ timeout: TimeAmount) {
+        guard let context else { return }
+        let channel = context.channel
+        lingerTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { channel.close(promise: nil) }
     }
 
     func triggerOutbound(_ event: Any, promise: EventLoopPromise<Void>?) {

@@ -9,6 +9,12 @@ package import NIOCore
 /// grace window, its records kept, until a new path is attached (`resumed`) or the window runs out. With any other
 /// suite, or before the handshake is done, a lost path ends the circuit as it always did: the end-to-end handler
 /// above tells a cut from a clean end.
+///
+/// It also decides when a resumable circuit's path ends (END_STREAM). A direction's FINAL record does not end the
+/// stream at once, as it does without resumption: the end that sent FINAL must still acknowledge what the other end
+/// sends (a tunnel's client half-closes, then downloads). The path ends once both FINALs have crossed and ours is
+/// acknowledged (`pathEndDue`): nothing a path loss could take is left, and every ACK the peer needs has gone
+/// (each end acknowledges the peer's FINAL as soon as it opens it).
 package struct CircuitPathMachine: Sendable {
     package enum State: Sendable, Equatable {
         case handshaking
@@ -21,8 +27,12 @@ package struct CircuitPathMachine: Sendable {
     package private(set) var state = State.handshaking
     /// The handshake agreed a resumable suite.
     package private(set) var resumable = false
-    /// Our direction has ended: the FINAL record went (or waits to go) and END_STREAM follows it.
+    /// Our direction has ended: the FINAL record went (or waits to go).
     package private(set) var outputEnded = false
+    /// The peer has acknowledged our FINAL record.
+    package private(set) var outputAcknowledged = false
+    /// END_STREAM has gone on the current path.
+    package private(set) var pathOutputEnded = false
     /// The peer's direction ended with its FINAL or CANCEL record.
     package private(set) var peerFinished = false
     /// The last resumption attempt accepted (the gateway) or made (the device).
@@ -53,8 +63,40 @@ package struct CircuitPathMachine: Sendable {
 
     package mutating func peerDidFinish() { peerFinished = true }
 
-    /// Whether both directions have ended: a path that goes now takes nothing with it.
+    /// The peer's ACK covers our FINAL record.
+    package mutating func outputWasAcknowledged() { outputAcknowledged = true }
+
+    /// Whether both directions have ended with their FINAL records: a close now is clean.
     package var isDone: Bool { outputEnded && peerFinished }
+
+    /// Whether a path that goes now takes nothing with it: both directions ended, and (resumable) the peer has
+    /// our FINAL. Until then a lost path is held, so a FINAL the path lost is sent again.
+    package var isSettled: Bool { isDone && (outputAcknowledged || !resumable) }
+
+    /// Whether END_STREAM should go on the current path now (then it counts as gone). Without resumption it follows
+    /// our FINAL at once; with it, it waits for the circuit to be settled.
+    package mutating func pathEndDue() -> Bool {
+        guard state == .attached, outputEnded, !pathOutputEnded, !resumable || isSettled else { return false }
+        pathOutputEnded = true
+        return true
+    }
+
+    package enum CloseAction: Sendable, Equatable {
+        /// Reset the path (RST_STREAM): the circuit is cut, or was never resumable.
+        case reset
+        /// End the path cleanly (END_STREAM unless it went already) and let it close by itself: both directions
+        /// ended, and the peer may still need what is on its way (our FINAL, the ACK of its own).
+        case end(sendEndStream: Bool)
+    }
+
+    /// The circuit closes (the layer above closed it) while it has a path.
+    package mutating func closing() -> CloseAction {
+        defer { state = .closed }
+        guard resumable, state == .attached, isDone else { return .reset }
+        let sendEndStream = !pathOutputEnded
+        pathOutputEnded = true
+        return .end(sendEndStream: sendEndStream)
+    }
 
     /// The path is gone (reset, its connection dead, or closed by its far end).
     package mutating func pathLost(now: NIODeadline) -> PathLossAction {
@@ -65,7 +107,7 @@ package struct CircuitPathMachine: Sendable {
             state = .closed
             return .end
         case .attached:
-            guard resumable, grace > .zero, !isDone else {
+            guard resumable, grace > .zero, !isSettled else {
                 state = .closed
                 return .end
             }
@@ -104,6 +146,7 @@ package struct CircuitPathMachine: Sendable {
         guard resumeVerdict(attempt: attempt, now: now) == .attach else { return false }
         lastAttempt = attempt
         state = .attached
+        pathOutputEnded = false
         return true
     }
 
@@ -118,6 +161,7 @@ package struct CircuitPathMachine: Sendable {
     package mutating func resumed() -> Bool {
         guard case .held = state else { return false }
         state = .attached
+        pathOutputEnded = false
         return true
     }
 

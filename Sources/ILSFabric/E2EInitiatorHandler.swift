@@ -46,14 +46,18 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     private var inbound = InboundRecords()
     private let service: String
 
-    /// `version` is the handshake this device speaks: the current one unless a test plays an older device.
+    /// `version` is the handshake this device speaks: the current one unless a test plays an older device. `suites`
+    /// are the record suites it offers, most preferred first (by default all that `version` has).
     public init(
         credentials: E2EHandshake.Credentials,
         service: String,
-        version: any E2EHandshakeVersion = E2EHandshake.version
+        version: any E2EHandshakeVersion = E2EHandshake.version,
+        suites: [E2ESuite]? = nil
     ) {
         self.service = service
-        self.state = .idle(E2EInitiator(credentials: credentials, service: service, version: version))
+        self.state = .idle(
+            E2EInitiator(credentials: credentials, service: service, version: version, suites: suites)
+        )
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {
@@ -123,15 +127,17 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
                     context.triggerUserOutboundEvent(CircuitRecordsEvent.acknowledged(count), promise: nil)
                     return
                 }
-                if final { context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil) }
                 // Only a device cancels: a CANCEL from the gateway's side is no clean end.
                 if final, layer.peerCancelled {
+                    context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil)
                     // The gateway cut the answer short (its backend failed): after what came before it, in order.
                     if let item = inbound.cancelled() { deliver(item, context: context) }
                     return
                 }
                 if final { end.finalReceived() }
-                if let item = inbound.opened(plaintext, final: final) { deliver(item, context: context) }
+                let item = inbound.opened(plaintext, final: final)
+                if final { layer.peerFinished(acknowledging: &inbound, to: context) }
+                if let item { deliver(item, context: context) }
                 if inbound.overflowed { fail(context, E2EResponderHandler.overflow) }
             } catch {
                 fail(context, error)
@@ -182,9 +188,10 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func channelReadComplete(context: ChannelHandlerContext) {
         inbound.readCompleted()
         context.fireChannelReadComplete()
-        guard case .established(let layer) = state, output.isOpen else { return }
+        // ACKs go on after our FINAL: the gateway's direction may still be sending (`CircuitPathMachine.pathEndDue`).
+        guard case .established(let layer) = state else { return }
         let due = inbound.ackDue(resumable: layer.isResumable, on: context.eventLoop) { [weak self] in
-            guard let self, case .established(let layer) = self.state, self.output.isOpen,
+            guard let self, case .established(let layer) = self.state, context.channel.isActive,
                 let count = self.inbound.acknowledgeNow()
             else { return }
             layer.writeAck(count, to: context)

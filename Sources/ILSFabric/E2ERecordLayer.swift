@@ -87,6 +87,13 @@ package struct E2ERecordLayer {
         context.writeAndFlush(NIOAny(record), promise: nil)
     }
 
+    /// The peer's FINAL was opened: acknowledges it at once with every record before it (`acknowledgeAll`), so the
+    /// peer's end settles, then tells the circuit under the handler.
+    func peerFinished(acknowledging inbound: inout InboundRecords, to context: ChannelHandlerContext) {
+        if let count = inbound.acknowledgeAll(resumable: isResumable) { writeAck(count, to: context) }
+        context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil)
+    }
+
     /// Writes the framed CANCEL record through `context` (only where `hasCancel`).
     package func writeCancel(to context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         var record = context.channel.allocator.buffer(capacity: 4 + E2ERecord.overhead)
@@ -270,7 +277,11 @@ struct InboundRecords {
 
     /// Whether records wait for the layer above to ask: only on a resumable circuit over a `CircuitChannel`, whose
     /// path reads freely. Anywhere else the channel below reads only when asked, and records go up as they open.
-    private var gated = false
+    private var gated: Bool
+
+    init(gated: Bool = false) {
+        self.gated = gated
+    }
 
     /// Whether what waits is beyond what a peer may send unacknowledged.
     var overflowed: Bool { queuedBytes > Self.limit }
@@ -316,7 +327,7 @@ struct InboundRecords {
     }
 
     private mutating func handedUp(_ item: Item) {
-        guard case .record(let buffer, _) = item else { return }
+        guard case .record(let buffer, _) = item, !allCounted else { return }
         delivered += 1
         unacknowledgedBytes += buffer.readableBytes
         pending = true
@@ -339,6 +350,20 @@ struct InboundRecords {
     }
 
     mutating func readCompleted() { wanted = false }
+
+    /// Every record opened so far is counted, the ones still waiting included (`acknowledgeAll`).
+    private var allCounted = false
+
+    /// At the peer's FINAL: the count of every record opened, to acknowledge now (nil unless `resumable`). After a
+    /// FINAL the peer sends only ACKs, so acknowledging what waits here gives it no room to send more data; its end
+    /// settles without waiting on the layer above to read (`CircuitPathMachine.pathEndDue`).
+    mutating func acknowledgeAll(resumable: Bool) -> UInt64? {
+        guard resumable, !allCounted else { return nil }
+        for item in queue { if case .record = item { delivered += 1 } }
+        allCounted = true
+        pending = true
+        return acknowledgeNow()
+    }
 
     /// The count to acknowledge now, if one is due (`layer` resumable); else arms the delayed ACK with `later`.
     mutating func ackDue(resumable: Bool, on eventLoop: any EventLoop, later: @escaping () -> Void) -> UInt64? {

@@ -164,10 +164,11 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
         acknowledge(context: context)
     }
 
+    /// ACKs go on after our FINAL: the device's direction may still be sending (`CircuitPathMachine.pathEndDue`).
     private func acknowledge(context: ChannelHandlerContext) {
-        guard case .established(let layer) = state, !outputClosed else { return }
+        guard case .established(let layer) = state else { return }
         let due = inbound.ackDue(resumable: layer.isResumable, on: context.eventLoop) { [weak self] in
-            guard let self, case .established(let layer) = self.state, !self.outputClosed,
+            guard let self, case .established(let layer) = self.state, context.channel.isActive,
                 let count = self.inbound.acknowledgeNow()
             else { return }
             layer.writeAck(count, to: context)
@@ -234,8 +235,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                     context.triggerUserOutboundEvent(CircuitRecordsEvent.acknowledged(count), promise: nil)
                     return
                 }
-                if final { context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil) }
                 if final, layer.peerCancelled {
+                    context.triggerUserOutboundEvent(CircuitRecordsEvent.peerFinished, promise: nil)
                     // The device gave up, and said so under the circuit's key: the backend's work stops now. The
                     // reset that follows is its own doing, not a cut to report.
                     end.closing()
@@ -246,7 +247,9 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                     return
                 }
                 if final { end.finalReceived() }
-                if let item = inbound.opened(plaintext, final: final) { deliver(item, context: context) }
+                let item = inbound.opened(plaintext, final: final)
+                if final { layer.peerFinished(acknowledging: &inbound, to: context) }
+                if let item { deliver(item, context: context) }
                 if inbound.overflowed { throw Self.overflow }
             case .failed:
                 break

@@ -7,6 +7,7 @@ import ILSFabric
 import ILSTesting
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -76,6 +77,24 @@ struct ResumptionTests {
         }
     }
 
+    /// A device that offers the resumable suite but never resumes (grace 0): what a device that vanished looks like
+    /// to the gateway. (A device of this release with grace 0 does not offer suite 5 at all: `deviceWithoutGrace`.)
+    static func vanishingDevice(_ identity: IdentityFile) throws -> OverlayDialer {
+        try OverlayDialer(
+            identity: identity,
+            eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+            keepalive: .standard,
+            handshakeVersion: E2EHandshake.version,
+            retention: CircuitRetention(grace: .zero),
+            suites: E2EHandshake.version.suites
+        )
+    }
+
+    /// A gateway's retention with `grace` and a budget of its own (what it keeps is then this test's alone).
+    static func gateway(grace: TimeAmount) -> CircuitRetention {
+        CircuitRetention(grace: grace, budget: RetentionBudget(limit: CircuitRetention.defaultTotal))
+    }
+
     /// A cluster whose one gateway keeps circuits for resumption as `retention` says.
     static func withGateway(
         retention: CircuitRetention,
@@ -110,6 +129,28 @@ struct ResumptionTests {
         }
     }
 
+    /// Grace 0 is the behaviour before resumption, at no cost: the device does not offer suite 5, so nothing is kept
+    /// or acknowledged, and the gateway (whose own window is long here) does not hold its circuits either.
+    @Test("a device with grace 0 offers suite 4: the gateway holds nothing, and a lost path ends the backend request")
+    func deviceWithoutGrace() async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(600))) { cluster, backend in
+            let gateway = cluster.gateways[0]
+            let identity = try await cluster.enroll("tab", role: .device)
+            let dialer = try OverlayDialer(identity: identity, retention: CircuitRetention(grace: .zero))
+            let failure = await Self.streamUntilDropped(
+                OverlayClient(dialer: dialer),
+                cluster: cluster,
+                identity: identity
+            )
+            #expect(failure?.userInfo[OverlayURLError.reasonKey] as? String == "truncated")
+            // Held, the backend request would go on for the gateway's 600 s.
+            #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
+            #expect(gateway.resumableCircuits.held == 0)
+            #expect(gateway.expiredCount == 0)
+            #expect(gateway.retainedBytes == 0)
+        }
+    }
+
     @Test(
         "a gateway that no longer holds the circuit refuses its resumption: the app's stream ends with not_resumed, not truncated"
     )
@@ -133,15 +174,12 @@ struct ResumptionTests {
         "after the grace window the gateway cancels the backend request and keeps nothing: no circuit, no retained byte"
     )
     func graceRunsOut() async throws {
-        let retention = CircuitRetention(
-            grace: .milliseconds(300),
-            budget: RetentionBudget(limit: CircuitRetention.defaultTotal)
-        )
-        try await Self.withGateway(retention: retention) { cluster, backend in
+        try await Self.withGateway(retention: Self.gateway(grace: .milliseconds(300))) { cluster, backend in
             let gateway = cluster.gateways[0]
             let identity = try await cluster.enroll("tab", role: .device)
-            // A device that does not resume (grace 0): the gateway holds its circuit alone, then gives it up.
-            let dialer = try OverlayDialer(identity: identity, retention: CircuitRetention(grace: .zero))
+            // A device that agrees the resumable suite and never resumes (one that vanished): the gateway holds its
+            // circuit alone, then gives it up.
+            let dialer = try Self.vanishingDevice(identity)
             let failure = await Self.streamUntilDropped(
                 OverlayClient(dialer: dialer),
                 cluster: cluster,
@@ -298,7 +336,7 @@ struct HeldCircuitMemoryTests {
             let gateway = cluster.gateways[0]
             let identity = try await cluster.enroll("tab", role: .device)
             // A device that never comes back: its circuits end with their paths; the gateway holds its halves.
-            let dialer = try OverlayDialer(identity: identity, retention: CircuitRetention(grace: .zero))
+            let dialer = try ResumptionTests.vanishingDevice(identity)
             // 10,000 events a second in all, whatever the count: what one debug-build gateway loop keeps up with.
             let interval = count / 10
             let request = ByteBuffer(

@@ -28,7 +28,7 @@ struct CircuitPathMachineTests {
     }
 
     @Test(
-        "a path lost during the handshake, without a resumable suite, with grace 0, or after both ends ended, ends it"
+        "a path lost during the handshake, without a resumable suite, with grace 0, or once the circuit settled, ends it"
     )
     func lostPathEnds() {
         var handshaking = CircuitPathMachine(grace: .seconds(60))
@@ -43,10 +43,95 @@ struct CircuitPathMachineTests {
         var done = Self.attached()
         done.outputDidEnd()
         done.peerDidFinish()
-        #expect(done.isDone)
+        done.outputWasAcknowledged()
+        #expect(done.isSettled)
         let result6 = done.pathLost(now: Self.now)
         #expect(result6 == .end)
         #expect(done.state == .closed)
+    }
+
+    @Test("both FINALs crossed but ours not acknowledged: a path lost then is held, so our FINAL is sent again")
+    func doneButUnacknowledgedIsHeld() {
+        var machine = Self.attached()
+        machine.outputDidEnd()
+        machine.peerDidFinish()
+        #expect(machine.isDone && !machine.isSettled)
+        let held = machine.pathLost(now: Self.now)
+        #expect(held == .hold(deadline: Self.now + .seconds(60)))
+        var settled = Self.attached()
+        settled.outputDidEnd()
+        settled.peerDidFinish()
+        settled.outputWasAcknowledged()
+        let ended = settled.pathLost(now: Self.now)
+        #expect(ended == .end)
+    }
+
+    @Test("END_STREAM waits until both FINALs crossed and ours is acknowledged; once per path; a new path gets its own")
+    func pathEndWaitsForSettlement() {
+        var machine = Self.attached()
+        machine.outputDidEnd()
+        let afterOwnFinal = machine.pathEndDue()
+        #expect(!afterOwnFinal, "END_STREAM right after our FINAL: the device could no longer acknowledge")
+        machine.peerDidFinish()
+        let beforeAck = machine.pathEndDue()
+        #expect(!beforeAck)
+        machine.outputWasAcknowledged()
+        let due = machine.pathEndDue()
+        #expect(due)
+        let twice = machine.pathEndDue()
+        #expect(!twice)
+        // Without resumption END_STREAM follows FINAL at once, as before.
+        var old = Self.attached(resumable: false)
+        let oldBefore = old.pathEndDue()
+        #expect(!oldBefore)
+        old.outputDidEnd()
+        let oldDue = old.pathEndDue()
+        #expect(oldDue)
+        // A resumed path has had no END_STREAM yet (device side and gateway side).
+        var device = Self.attached()
+        device.outputDidEnd()
+        device.peerDidFinish()
+        _ = device.pathLost(now: Self.now)
+        let heldDue = device.pathEndDue()
+        #expect(!heldDue, "no path while held")
+        _ = device.resumed()
+        device.outputWasAcknowledged()
+        let deviceDue = device.pathEndDue()
+        #expect(deviceDue)
+        var gateway = Self.attached()
+        gateway.outputDidEnd()
+        gateway.peerDidFinish()
+        gateway.outputWasAcknowledged()
+        _ = gateway.pathEndDue()
+        _ = gateway.resumeAccepted(attempt: 1, now: Self.now)
+        let gatewayDue = gateway.pathEndDue()
+        #expect(gatewayDue)
+    }
+
+    @Test("a close after both FINALs ends the path cleanly (END_STREAM once); any other close resets it")
+    func closingEndsOrResets() {
+        var done = Self.attached()
+        done.outputDidEnd()
+        done.peerDidFinish()
+        let clean = done.closing()
+        #expect(clean == .end(sendEndStream: true))
+        #expect(done.state == .closed)
+        var ended = Self.attached()
+        ended.outputDidEnd()
+        ended.peerDidFinish()
+        ended.outputWasAcknowledged()
+        _ = ended.pathEndDue()
+        let already = ended.closing()
+        #expect(already == .end(sendEndStream: false))
+        var cut = Self.attached()
+        cut.outputDidEnd()
+        let reset = cut.closing()
+        #expect(reset == .reset)
+        var old = Self.attached(resumable: false)
+        old.outputDidEnd()
+        old.peerDidFinish()
+        let oldReset = old.closing()
+        #expect(oldReset == .reset)
     }
 
     @Test("only one end's end is not done: a path lost then is held")
@@ -135,6 +220,28 @@ struct CircuitPathMachineTests {
 
 @Suite("ACKs of a resumable circuit")
 struct InboundRecordsTests {
+    @Test("at the peer's FINAL every record opened is acknowledged, the ones still waiting included, and counted once")
+    func finalAcknowledgesAll() {
+        var inbound = InboundRecords(gated: true)
+        let loop = EmbeddedEventLoop()
+        _ = inbound.opened(ByteBuffer(string: "a"), final: false)
+        _ = inbound.opened(ByteBuffer(string: "b"), final: false)
+        let none = inbound.acknowledgeAll(resumable: false)
+        #expect(none == nil)
+        let all = inbound.acknowledgeAll(resumable: true)
+        #expect(all == 2)
+        // Handed up later, they are not counted again; the peer's later ACKs still are.
+        _ = inbound.readRequested()
+        inbound.readCompleted()
+        let nothingNew = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(nothingNew == nil)
+        for _ in 0..<InboundRecords.acksPerAck { inbound.openedAck() }
+        let acks = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(acks == 2 + UInt64(InboundRecords.acksPerAck))
+        let once = inbound.acknowledgeAll(resumable: true)
+        #expect(once == nil)
+    }
+
     @Test(
         "an end that receives only ACKs (a download's sender) acknowledges every 32 of them, so they never fill the peer's bound"
     )

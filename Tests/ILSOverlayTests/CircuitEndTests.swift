@@ -128,6 +128,34 @@ struct CircuitEndTests {
         }
     }
 
+    /// With suite 5 the gateway keeps what it sends until the device acknowledges it, at most 1 MiB: a device that
+    /// stopped acknowledging at its own FINAL (a tunnel's client half-closes after its request) stalled every answer
+    /// past 1 MiB. It acknowledges after its FINAL now, and END_STREAM waits until both FINALs are acknowledged.
+    @Test("a device that half-closes after its request still gets a 4 MiB answer whole, then both ends close cleanly")
+    func halfClosedDeviceDownloads() async throws {
+        try await withCluster { cluster in
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+            let (circuit, recorder) = try await Self.open(dialer)
+            let size = 4 * 1024 * 1024
+            try await circuit.writeAndFlush(
+                ByteBuffer(string: "GET /bytes?size=\(size) HTTP/1.1\r\nHost: claude-api\r\nConnection: close\r\n\r\n")
+            )
+            try await circuit.close(mode: .output)
+            #expect(
+                await TestCluster.eventually { !circuit.isActive },
+                "the answer stalled at \(recorder.seen.withLockedValue { $0.count }) bytes"
+            )
+            let seen = recorder.seen.withLockedValue { $0 }
+            #expect(String(seen.bytes.prefix(12)) == "HTTP/1.1 200")
+            #expect(seen.count > size, "\(seen.count) bytes")
+            #expect(seen.ended, "the gateway did not end its side with FINAL")
+            #expect(seen.errors.isEmpty, "\(seen.errors)")
+            // Nothing is held at the gateway: the circuit ended, not lost.
+            #expect(await TestCluster.eventually { cluster.gateways[0].resumableCircuits.registered == 0 })
+            #expect(cluster.gateways[0].retainedBytes == 0)
+        }
+    }
+
     /// A client written from the docs alone, ending its request with END_STREAM and no FINAL, had the answer in full
     /// 4 times in 12 and cut 8 times, by timing. The rule is now explicit: HTTP's framing decides. The whole request
     /// is answered, then the gateway ends with FINAL; a request cut mid-body is refused with its backend request
@@ -164,8 +192,9 @@ struct CircuitEndTests {
         // record went down: the END_STREAM below it then follows the request, never overtakes it.
         try await circuit.writeAndFlush(ByteBuffer(string: request))
         try await circuit.eventLoop.submit {
-            let e2e = try circuit.pipeline.syncOperations.context(handlerType: E2EInitiatorHandler.self)
-            e2e.close(mode: .output, promise: nil)
+            // The circuit's stream itself: the circuit's own half-close only ever follows a FINAL record.
+            let stream = try #require((circuit as? CircuitChannel)?.pathStream)
+            stream.close(mode: .output, promise: nil)
         }.get()
         #expect(await TestCluster.eventually { !circuit.isActive }, "the circuit is still open")
         return recorder.seen.withLockedValue { $0 }

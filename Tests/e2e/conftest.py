@@ -66,9 +66,9 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
-def port_accepts(port: int) -> bool:
+def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
@@ -167,7 +167,7 @@ class ManagedProcess:
             pytrace=False,
         )
 
-    def wait_for_port(self, port: int, timeout: float = STARTUP_TIMEOUT_S) -> None:
+    def wait_for_port(self, port: int, timeout: float = STARTUP_TIMEOUT_S, host: str = "127.0.0.1") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
@@ -176,7 +176,7 @@ class ManagedProcess:
                     f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
                     pytrace=False,
                 )
-            if port_accepts(port):
+            if port_accepts(port, host):
                 return
             time.sleep(0.05)
         self.stop()
@@ -188,21 +188,23 @@ class ManagedProcess:
 
 
 class Backend(ManagedProcess):
-    def __init__(self, log_dir: Path, port: Optional[int] = None) -> None:
+    def __init__(self, log_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1") -> None:
+        """`host`: 127.0.0.1, or an address of an interface the test made (a gateway in a namespace reaches it)."""
         self.port = port or free_port()
+        self.host = host
         super().__init__(
             "backend",
-            [sys.executable, str(BACKEND_APP), "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "info"],
+            [sys.executable, str(BACKEND_APP), "--host", host, "--port", str(self.port), "--log-level", "info"],
             log_dir,
         )
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         super().start()
-        self.wait_for_port(self.port)
+        self.wait_for_port(self.port, host=self.host)
         # Listening is not quite ready: wait until the app itself answers.
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:

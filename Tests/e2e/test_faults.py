@@ -52,12 +52,14 @@ class Faulty:
         return self.tunnel.client(timeout)
 
 
-def gateway_process(controller: Controller, backend: Backend, log_dir: Path, identity: str = "gw-f") -> ManagedProcess:
-    """The dark gateway (overlay mode) for an enrolled gateway identity; also used by deploy/soak."""
+def gateway_process(controller: Controller, backend: Backend, log_dir: Path, identity: str = "gw-f",
+                    prefix: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> ManagedProcess:
+    """The dark gateway (overlay mode) for an enrolled gateway identity; also used by deploy/soak. `prefix` runs it
+    elsewhere (`ip netns exec NAME`); `extra` adds flags."""
     return ManagedProcess(
         "gateway-faults" if identity == "gw-f" else f"gateway-{identity}",
-        [str(controller.binary), "serve", "--mode", "ziti", "--identity", f"identities/{identity}.json",
-         "--service", SERVICE, "--backend", backend.url, "--log-level", "info"],
+        [*prefix, str(controller.binary), "serve", "--mode", "ziti", "--identity", f"identities/{identity}.json",
+         "--service", SERVICE, "--backend", backend.url, "--log-level", "info", *extra],
         log_dir,
         cwd=controller.root,
         env=cli_env(),

@@ -4,7 +4,8 @@ pair's host address, which the device reaches over wifi first. Mid-stream the wi
 DROP in the device's namespace: no reset, no FIN; the old connection's packets just go nowhere) and the route to the
 controller moves to cell. The tunnel and ILSClient (`ils-client-example`, URLSession) notice the dead connection by
 their keepalive (1 s + 1 s here), resume the circuit on a new connection over cell, and the answer goes on: every
-event once, in order; the backend saw one request per stream and none was cancelled.
+event once, in order; the backend saw one request per stream and none was cancelled. The same with the device's
+processes stopped for 20 s, and with the gateway's own link black-holed (the gateway in a namespace of its own).
 
 Real binaries, real TLS, real sockets; the namespaces, veth pairs, routes and iptables rules are made by the test and
 removed after it. Skipped where namespaces cannot be made (not root)."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import contextmanager
 import subprocess
 import sys
 import threading
@@ -36,6 +38,44 @@ PAUSE_BOUND_S = 15.0  # keepalive (2 s) + a new connection and the resumption; g
 
 
 @dataclass
+class Topology:
+    """Where each part runs: the address the controller listens on, and the command prefixes of the device's
+    processes (tunnel, app, curl) and of the gateway (`ip netns exec NAME`, or nothing for this namespace)."""
+    controller_host: str
+    device_exec: list[str]
+    gateway_exec: list[str]
+    backend_host: str = "127.0.0.1"
+
+
+def make_veth(ns: str, host_if: str, ns_if: str, host_ip: str, ns_ip: str) -> None:
+    """A veth pair from this namespace (`host_if`, `host_ip`/30) into `ns` (`ns_if`, `ns_ip`/30), both up."""
+    run("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+    run("ip", "link", "set", ns_if, "netns", ns)
+    run("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
+    run("ip", "link", "set", host_if, "up")
+    run("ip", "-n", ns, "addr", "add", f"{ns_ip}/30", "dev", ns_if)
+    run("ip", "-n", ns, "link", "set", ns_if, "up")
+
+
+class NetnsUnavailable(Exception):
+    """No network namespace can be made here (a test skips; deploy/bench says why)."""
+
+
+def made_netns(prefix: str) -> tuple[str, str]:
+    """A new namespace `prefix-<tag>`; returns (name, tag)."""
+    if subprocess.run(["which", "iptables"], capture_output=True).returncode != 0:
+        raise NetnsUnavailable("iptables is not installed (deploy/install-deps.sh installs it)")
+    tag = os.urandom(3).hex()
+    name = f"{prefix}-{tag}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
+    if made.returncode != 0:
+        raise NetnsUnavailable(f"cannot create a network namespace here ({made.stderr.strip()}): needs root / "
+                               "CAP_NET_ADMIN")
+    run("ip", "-n", name, "link", "set", "lo", "up")
+    return name, tag
+
+
+@dataclass
 class DeviceNetns:
     """The device's namespace, with a wifi and a cell veth pair to this namespace."""
     name: str
@@ -49,41 +89,100 @@ class DeviceNetns:
     def exec_args(self) -> list[str]:
         return ["ip", "netns", "exec", self.name]
 
+    def topology(self) -> Topology:
+        return Topology(controller_host=self.wifi_host, device_exec=self.exec_args(), gateway_exec=[])
+
     def switch_to_cell(self) -> None:
         """Black-holes wifi (packets dropped both ways in the device's namespace: no reset) and routes the
         controller's address over cell."""
+        self.switch(to_cell=True)
+
+    def switch(self, to_cell: bool) -> None:
+        """Black-holes the interface in use (and only it: the previous switch's rules go) and routes the
+        controller's address over the other one. Also used by deploy/bench (resume times over 20 switches)."""
+        run(*self.exec_args(), "iptables", "-F", "INPUT")
+        run(*self.exec_args(), "iptables", "-F", "OUTPUT")
+        dropped = self.wifi_if if to_cell else self.cell_if
         for chain, flag in (("OUTPUT", "-o"), ("INPUT", "-i")):
-            run(*self.exec_args(), "iptables", "-A", chain, flag, self.wifi_if, "-j", "DROP")
-        run("ip", "-n", self.name, "route", "replace", f"{self.wifi_host}/32", "via", self.cell_host,
-            "dev", self.cell_if, "src", self.cell_device)
+            run(*self.exec_args(), "iptables", "-A", chain, flag, dropped, "-j", "DROP")
+        if to_cell:
+            run("ip", "-n", self.name, "route", "replace", f"{self.wifi_host}/32", "via", self.cell_host,
+                "dev", self.cell_if, "src", self.cell_device)
+        else:
+            run("ip", "-n", self.name, "route", "del", f"{self.wifi_host}/32", check=False)
 
 
 @pytest.fixture
 def device_netns() -> Iterator[DeviceNetns]:
-    if subprocess.run(["which", "iptables"], capture_output=True).returncode != 0:
-        pytest.skip("iptables is not installed (deploy/install-deps.sh installs it)")
-    tag = os.urandom(3).hex()
+    try:
+        with device_namespace() as ns:
+            yield ns
+    except NetnsUnavailable as e:
+        pytest.skip(str(e))
+
+
+@contextmanager
+def device_namespace() -> Iterator[DeviceNetns]:
+    """A device namespace with wifi and cell, removed on exit (raises NetnsUnavailable where none can be made)."""
+    name, tag = made_netns("ils-r")
     octet = 16 + int(tag[:2], 16) % 200
-    ns = DeviceNetns(f"ils-r-{tag}", f"10.232.{octet}.1", f"10.232.{octet}.2", f"10.233.{octet}.1",
+    ns = DeviceNetns(name, f"10.232.{octet}.1", f"10.232.{octet}.2", f"10.233.{octet}.1",
                      f"10.233.{octet}.2", f"wifi{tag}", f"cell{tag}")
-    made = subprocess.run(["ip", "netns", "add", ns.name], capture_output=True, text=True, timeout=20)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here ({made.stderr.strip()}): needs root / CAP_NET_ADMIN")
     host_ifs = [f"hw{tag}", f"hc{tag}"]
     try:
-        for host_if, dev_if, host_ip, dev_ip in ((host_ifs[0], ns.wifi_if, ns.wifi_host, ns.wifi_device),
-                                                 (host_ifs[1], ns.cell_if, ns.cell_host, ns.cell_device)):
-            run("ip", "link", "add", host_if, "type", "veth", "peer", "name", dev_if)
-            run("ip", "link", "set", dev_if, "netns", ns.name)
-            run("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
-            run("ip", "link", "set", host_if, "up")
-            run("ip", "-n", ns.name, "addr", "add", f"{dev_ip}/30", "dev", dev_if)
-            run("ip", "-n", ns.name, "link", "set", dev_if, "up")
-        run("ip", "-n", ns.name, "link", "set", "lo", "up")
+        make_veth(ns.name, host_ifs[0], ns.wifi_if, ns.wifi_host, ns.wifi_device)
+        make_veth(ns.name, host_ifs[1], ns.cell_if, ns.cell_host, ns.cell_device)
         yield ns
     finally:
         for host_if in host_ifs:
             run("ip", "link", "del", host_if, check=False)
+        run("ip", "netns", "del", ns.name, check=False)
+
+
+@dataclass
+class GatewayNetns:
+    """The gateway's namespace, with one uplink (a veth pair to this namespace); the controller and the backend listen
+    on this namespace's end of it."""
+    name: str
+    uplink_host: str
+    uplink_gateway: str
+
+    def exec_args(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def topology(self) -> Topology:
+        return Topology(controller_host=self.uplink_host, device_exec=[], gateway_exec=self.exec_args(),
+                        backend_host=self.uplink_host)
+
+    def link_rules(self, controller_port: int) -> list[list[str]]:
+        """iptables rules (without -A/-D) that drop the gateway's traffic with the controller both ways, and nothing
+        else: its backend stays reachable."""
+        return [["OUTPUT", "-p", "tcp", "-d", self.uplink_host, "--dport", str(controller_port), "-j", "DROP"],
+                ["INPUT", "-p", "tcp", "-s", self.uplink_host, "--sport", str(controller_port), "-j", "DROP"]]
+
+    def black_hole_link(self, controller_port: int) -> None:
+        for rule in self.link_rules(controller_port):
+            run(*self.exec_args(), "iptables", "-A", *rule)
+
+    def restore_link(self, controller_port: int) -> None:
+        for rule in self.link_rules(controller_port):
+            run(*self.exec_args(), "iptables", "-D", *rule)
+
+
+@pytest.fixture
+def gateway_netns() -> Iterator[GatewayNetns]:
+    try:
+        name, tag = made_netns("ils-g")
+    except NetnsUnavailable as e:
+        pytest.skip(str(e))
+    octet = 16 + int(tag[:2], 16) % 200
+    ns = GatewayNetns(name, f"10.234.{octet}.1", f"10.234.{octet}.2")
+    host_if = f"hg{tag}"
+    try:
+        make_veth(ns.name, host_if, f"up{tag}", ns.uplink_host, ns.uplink_gateway)
+        yield ns
+    finally:
+        run("ip", "link", "del", host_if, check=False)
         run("ip", "netns", "del", ns.name, check=False)
 
 
@@ -96,30 +195,32 @@ def pause_after(times: list[float], cut_at: float) -> float:
     return max((b - a for a, b in zip(after, after[1:])), default=0.0)
 
 
-def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
-                    interrupt, controller_flags: tuple[str, ...] = ()) -> None:
-    """Runs the overlay (controller on the wifi pair's host address, gateway and backend here, the tunnel in the
-    device's namespace), streams N events through the tunnel (curl) and through ILSClient (`ils-client-example`) at
-    once from the device's namespace, calls `interrupt(processes)` once both are well under way, and checks that each
-    stream got every event once, in order, and that the backend saw one request per stream, never cancelled."""
+def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
+                    interrupt, controller_flags: tuple[str, ...] = (), gateway_flags: tuple[str, ...] = (),
+                    pause_allowance: float = 0.0) -> None:
+    """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's processes and the
+    gateway in their namespaces), streams N events through the tunnel (curl) and through ILSClient
+    (`ils-client-example`) at once from the device's namespace, calls `interrupt(tunnel, example, controller_port)`
+    once both are well under way, and checks that each stream got every event once, in order, with no pause above
+    the bound (plus `pause_allowance`), and that the backend saw one request per stream, never cancelled."""
     root, logs = tmp_path / "root", tmp_path / "logs"
     root.mkdir()
     logs.mkdir()
     binary = private_binary(ils_bin, logs)
     c = Controller(binary, root, logs)
-    c.address = f"https://{ns.wifi_host}:{c.port}"
+    c.address = f"https://{net.controller_host}:{c.port}"
     assert c.init().returncode == 0
     controller = ManagedProcess(
         "controller-r",
-        [str(binary), "controller", "run", "--state-dir", str(c.state_dir), "--listen", f"{ns.wifi_host}:{c.port}",
+        [str(binary), "controller", "run", "--state-dir", str(c.state_dir), "--listen", f"{net.controller_host}:{c.port}",
          "--log-level", "info", *controller_flags],
         logs, cwd=root, env=cli_env(),
     )
-    backend = Backend(logs)
-    tunnel_port = 18000 + int(ns.name[-4:], 16) % 20000
+    backend = Backend(logs, host=net.backend_host)
+    tunnel_port = 18000 + int.from_bytes(os.urandom(2), "big") % 20000
     tunnel = ManagedProcess(
         "tunnel-r",
-        ns.exec_args() + [str(binary), "tunnel", "--identity", "identities/ipad-r.json", "--service", SERVICE,
+        net.device_exec + [str(binary), "tunnel", "--identity", "identities/ipad-r.json", "--service", SERVICE,
                           "--listen", f"127.0.0.1:{tunnel_port}", "--log-level", "info", *DEVICE_KEEPALIVE],
         logs, cwd=root, env=cli_env(),
     )
@@ -132,7 +233,8 @@ def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tm
         enroll(c, "ipad-r", "device")
         enroll(c, "app-r", "device")
         backend.start()
-        gateway = gateway_process(c, backend, logs, identity="gw-r")
+        gateway = gateway_process(c, backend, logs, identity="gw-r", prefix=tuple(net.gateway_exec),
+                                  extra=gateway_flags)
         gateway.start()
         gateway.wait_for_log("hosting service")
         tunnel.start()
@@ -144,7 +246,7 @@ def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tm
         app_pid: list[int] = []
 
         def stream(name: str, args: list[str]) -> None:
-            results[name] = process_timed_lines(ns.exec_args() + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=root)
+            results[name] = process_timed_lines(net.device_exec + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=root)
 
         readers = [
             threading.Thread(target=stream, args=("tunnel", ["curl", "-sSN", "--max-time", "150",
@@ -160,7 +262,7 @@ def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tm
             time.sleep(0.05)
         time.sleep(SWITCH_AFTER * INTERVAL_MS / 1000)  # Sleep: the streams must be well under way; they pace it.
         cut_at = time.time()
-        interrupt(tunnel, client_example_bin)
+        interrupt(tunnel, client_example_bin, c.port)
         for reader in readers:
             reader.join(timeout=N * INTERVAL_MS / 1000 + 120)
 
@@ -181,7 +283,7 @@ def streams_survive(ns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tm
             assert events[-1].event == "done", f"{name}: {events[-1]}"
             pause = pause_after([e.received_at for e in events], cut_at)
             print(f"\n{what}, {name}: {N} events, each once and in order; longest pause after it {pause:.2f} s")
-            assert pause < PAUSE_BOUND_S + (STOP_S if "stopped" in what else 0), f"{name}: paused {pause:.1f} s"
+            assert pause < PAUSE_BOUND_S + pause_allowance, f"{name}: paused {pause:.1f} s"
         assert gateway.full_log().count("circuit resumed") >= 2, "the gateway resumed no circuit"
         after = backend_streams(backend)
         assert after["completed"] == before["completed"] + 2, (before, after)
@@ -197,8 +299,8 @@ STOP_S = 20.0
 
 def test_a_network_switch_mid_stream_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
                                                    tmp_path: Path) -> None:
-    streams_survive(device_netns, ils_bin, client_example_bin, tmp_path, "wifi black-holed, route moved to cell",
-                    lambda tunnel, example: device_netns.switch_to_cell())
+    streams_survive(device_netns.topology(), ils_bin, client_example_bin, tmp_path,
+                    "wifi black-holed, route moved to cell", lambda tunnel, example, port: device_netns.switch_to_cell())
 
 
 def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
@@ -207,7 +309,7 @@ def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_
     (2 s + 2 s here) closes their connections meanwhile, the gateway holds both circuits, and when the processes go
     on (SIGCONT) they find their connections gone and resume."""
 
-    def stop_the_device(tunnel: ManagedProcess, example: Path) -> None:
+    def stop_the_device(tunnel: ManagedProcess, example: Path, controller_port: int) -> None:
         assert tunnel.proc is not None
         found = subprocess.run(["pgrep", "-f", f"^{example} stream"], capture_output=True, text=True)
         pids = [tunnel.proc.pid] + [int(p) for p in found.stdout.split()]
@@ -220,5 +322,29 @@ def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
 
-    streams_survive(device_netns, ils_bin, client_example_bin, tmp_path, "device stopped for 20 s", stop_the_device,
-                    controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"))
+    streams_survive(device_netns.topology(), ils_bin, client_example_bin, tmp_path, "device stopped for 20 s",
+                    stop_the_device, controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"),
+                    pause_allowance=STOP_S)
+
+
+BLACK_HOLE_S = 10.0
+
+
+def test_a_black_holed_gateway_link_loses_nothing(gateway_netns: GatewayNetns, ils_bin: Path,
+                                                  client_example_bin: Path, tmp_path: Path) -> None:
+    """The gateway's link to the controller black-holed for 10 s (a home router that hangs under the gateway): the
+    gateway's keepalive (1 s + 1 s) ends its link, so it holds both circuits and redials; the controller's (2 s + 2 s)
+    ends it too and resets the devices' streams, so they resume, refused `gateway_unavailable` until the gateway's
+    link is back, then accepted by the gateway, which kept reading the backend's answer meanwhile."""
+
+    def black_hole(tunnel: ManagedProcess, example: Path, controller_port: int) -> None:
+        gateway_netns.black_hole_link(controller_port)
+        try:
+            time.sleep(BLACK_HOLE_S)  # Sleep: the length of the outage is the test.
+        finally:
+            gateway_netns.restore_link(controller_port)
+
+    streams_survive(gateway_netns.topology(), ils_bin, client_example_bin, tmp_path,
+                    "gateway link black-holed for 10 s", black_hole,
+                    controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"),
+                    gateway_flags=("--keepalive", "1s", "--keepalive-timeout", "1s"), pause_allowance=BLACK_HOLE_S)

@@ -87,17 +87,17 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
-def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20) -> None:
+def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.01)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
 def start(args: list[str], log: Path, cwd: Path, env: dict | None = None) -> subprocess.Popen:
@@ -266,13 +266,13 @@ def enroll(s: Setup, name: str, role: str) -> float:
 BENCH_CIRCUIT_CAPS = ["--max-circuits-per-identity", "16384", "--circuit-opens-per-second", "1000000"]
 
 
-def start_tunnel(s: Setup, name: str, port: int) -> subprocess.Popen:
+def start_tunnel(s: Setup, name: str, port: int, extra: list[str] | None = None) -> subprocess.Popen:
     proc = start(
         # The load tools name their host `bench`, which the tunnel answers only when told (it refuses other names
         # so a web page cannot reach it through DNS rebinding).
         [str(s.bin), "tunnel", "--identity", f"identities/{name}.json", "--listen", f"127.0.0.1:{port}",
-         "--allowed-host", "bench"],
-        s.work / f"tunnel-{name}.log",
+         "--allowed-host", "bench", *(extra or [])],
+        s.work / f"tunnel-{name}-{port}.log",
         s.work,
     )
     wait_port(port, proc)
@@ -916,20 +916,62 @@ def failover(c: Setup, a_port: int, b_port: int, store: str, trials: int) -> dic
     return {**percentiles(times), "trials": trials, "each_ms": [round(t, 1) for t in times]}
 
 
-def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
-    """Issue 25's rows, in one run: revocation through A of a stream on B, failover after SIGKILL, and the same
-    overlay on SQLite (the main set-up) and on PostgreSQL (controller A of the cluster) for latency, new circuits/s
-    and idle-stream memory."""
+def start_postgres():
+    """A real PostgreSQL server in a temporary directory, as the e2e tests start it (`pg_fixture`); returns it and its
+    version's name. PGPASSWORD is set for every controller command this process runs."""
     sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
-    import pg_fixture  # noqa: E402  (a real PostgreSQL server in a temporary directory, as the e2e tests start it)
+    import pg_fixture  # noqa: E402
 
     bin_dir = pg_fixture.binaries()
     if bin_dir is None:
         raise RuntimeError("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin): run deploy/install-deps.sh")
     pg = pg_fixture.TestPostgres(bin_dir)
     atexit.register(pg.stop)
-    os.environ["PGPASSWORD"] = pg_fixture.PASSWORD  # every controller command reads it from the environment
-    out: dict = {"postgres": bin_dir.parent.name}
+    os.environ["PGPASSWORD"] = pg_fixture.PASSWORD
+    return pg, bin_dir.parent.name
+
+
+def stop_setup(c: Setup) -> None:
+    """Stops every process of set-up `c` (SIGTERM, then waits)."""
+    for proc in c.procs.values():
+        proc.terminate()
+    for proc in c.procs.values():
+        proc.wait(timeout=30)
+
+
+def resumption_figures(s: Setup, args: argparse.Namespace) -> dict:
+    """Issue 38's rows (deploy/bench/resume.py): suite 5's overhead beside suite 4, resume times over path switches,
+    and after SIGKILL of the relaying controller of two on one PostgreSQL."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import resume  # noqa: E402
+
+    this = sys.modules[__name__]
+    out: dict = {}
+    print("   overhead: suite 5 (resumable) beside suite 4, alternating rounds", flush=True)
+    out["overhead"] = resume.overhead(this, s, args)
+    print(f"   {args.switches} path switches of a device in a network namespace (wifi ⇄ cell)", flush=True)
+    out["switches"] = resume.path_switches(this, s, args.switches)
+    print(f"   {args.restarts * 2} SIGKILLs of the relaying controller (two on PostgreSQL)", flush=True)
+    pg, version = start_postgres()
+    try:
+        store = pg.create_database()
+        a_port, b_port = free_port(), free_port()
+        c = start_cluster(s, store, a_port, b_port)
+        out["controller_kill"] = resume.controller_kills(this, c, a_port, b_port, store, args.restarts * 2)
+        stop_setup(c)
+    finally:
+        pg.stop()
+    out["postgres"] = version
+    out["date"] = time.strftime("%Y-%m-%d")
+    return out
+
+
+def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
+    """Issue 25's rows, in one run: revocation through A of a stream on B, failover after SIGKILL, and the same
+    overlay on SQLite (the main set-up) and on PostgreSQL (controller A of the cluster) for latency, new circuits/s
+    and idle-stream memory."""
+    pg, version = start_postgres()
+    out: dict = {"postgres": version}
     try:
         store = pg.create_database()
         a_port, b_port = free_port(), free_port()
@@ -971,10 +1013,7 @@ def cluster_figures(s: Setup, args: argparse.Namespace) -> dict:
 
         print(f"   failover, {args.restarts} trials", flush=True)
         out["failover_ms"] = failover(c, a_port, b_port, store, args.restarts)
-        for proc in c.procs.values():
-            proc.terminate()
-        for proc in c.procs.values():
-            proc.wait(timeout=30)
+        stop_setup(c)
     finally:
         pg.stop()
     return out
@@ -1017,8 +1056,8 @@ def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
     """What a run writes, given the figures already in the JSON file: a run of `cluster` alone replaces only the
     cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and every run
     keeps the `handshake` section, which `ils-bench handshake` measures apart (the page says when)."""
-    if only == {"cluster"} and previous:
-        return {**previous, "cluster": results["cluster"]}
+    if only and only <= {"cluster", "resume"} and previous:
+        return {**previous, **{name: results[name] for name in only}}
     if "handshake" in previous:
         return {**results, "handshake": previous["handshake"]}
     return results
@@ -1036,8 +1075,9 @@ def main() -> int:
     parser.add_argument("--latency-count", type=int, default=3000)
     parser.add_argument("--revocations", type=int, default=20)
     parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--switches", type=int, default=20, help="path switches for the resume times (default 20)")
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
-                        "revocation, restart, floors, cluster (default all). A run of cluster alone keeps the other figures of "
+                        "revocation, restart, floors, cluster, resume (default all). A run of cluster alone keeps the other figures of "
                         "--json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -1135,6 +1175,10 @@ def main() -> int:
         print(f"== two controllers on one PostgreSQL (after {settle(s):.1f} s idle wait)", flush=True)
         results["cluster"] = cluster_figures(s, args)
         results["cluster"]["date"] = time.strftime("%Y-%m-%d")
+
+    if want("resume"):
+        print(f"== circuit resumption (after {settle(s):.1f} s idle wait)", flush=True)
+        results["resume"] = resumption_figures(s, args)
 
     results["duration_s"] = time.monotonic() - started
     stop_all()

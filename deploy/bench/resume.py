@@ -1,0 +1,215 @@
+"""Issue 38's figures for deploy/bench/run.py (`--only resume`): what circuit resumption costs and how long it takes.
+
+- **Overhead**: keep-alive latency and bulk throughput through two tunnels of the same device, in one run and in
+  alternating rounds: one that offers suite 5 (resumable: every record kept until ACKed, ACKs both ways) and one with
+  `--resume-grace 0`, which offers suite 4 as an earlier release did (no ACK, nothing kept).
+- **Path switches**: a device in a network namespace with two interfaces, "wifi" and "cell" (Tests/e2e's
+  `DeviceNetns`); an SSE answer of an event every 20 ms streams through its tunnel while the path is switched 20
+  times (the one in use black-holed with iptables DROP, the route moved to the other). Resume time: from the switch
+  to the first event that arrives after it. Every event is checked: the bench backend stamps each with its own
+  monotonic clock, so a lost event shows as a gap in the stamps and a repeated one as a stamp that does not grow.
+- **Controller SIGKILL**: two controllers on one PostgreSQL (run.py's cluster set-up), a device that lists both;
+  the controller relaying its stream is SIGKILLed and the stream resumes through the other. Same measure and checks.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+EVENT_MS = 20
+SETTLE_S = 1.0  # steady events between two switches (and before the first)
+KEEPALIVE = ["--keepalive", "1s", "--keepalive-timeout", "1s"]
+
+
+class EventClock:
+    """Reads an SSE stream (lines from `proc`'s stdout) in a thread: each event's arrival time (monotonic, here) and
+    the backend's stamp (its monotonic nanoseconds)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.events: list[tuple[float, int]] = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(b"data: "):
+                stamp = int(line[6:].strip())
+                with self.lock:
+                    self.events.append((time.monotonic(), stamp))
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.events)
+
+    def first_after(self, at: float, timeout: float) -> float:
+        """Seconds from `at` to the first event that arrives after it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                later = next((arrived for arrived, _ in reversed(self.events) if arrived > at), None)
+                if later is not None:
+                    return min(arrived for arrived, _ in self.events if arrived > at) - at
+            time.sleep(0.002)
+        raise RuntimeError(f"no event within {timeout:.0f} s of the switch: the stream did not resume")
+
+    def wait_events(self, more: int, timeout: float) -> None:
+        target = self.count() + more
+        deadline = time.monotonic() + timeout
+        while self.count() < target:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the stream stopped at {self.count()} events")
+            time.sleep(0.01)
+
+    def check(self) -> dict:
+        """No event lost (no gap in the backend's stamps above 2.5 intervals) and none repeated (stamps grow)."""
+        with self.lock:
+            stamps = [stamp for _, stamp in self.events]
+        gaps = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
+        repeated = sum(1 for gap in gaps if gap <= 0)
+        lost = sum(1 for gap in gaps if gap > 2.5 * EVENT_MS)
+        if repeated or lost:
+            raise RuntimeError(f"{repeated} events repeated, {lost} gaps in the backend's stamps (an event lost)")
+        return {"events": len(stamps), "lost": 0, "repeated": 0}
+
+
+def sse_reader(command: list[str]) -> EventClock:
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    clock = EventClock(proc)
+    clock.wait_events(3, timeout=30)
+    return clock
+
+
+def curl_sse(port: int) -> list[str]:
+    return ["curl", "-sN", "--http1.1", "-H", "Host: bench", f"http://127.0.0.1:{port}/sse?interval_ms={EVENT_MS}"]
+
+
+def overhead(run_mod, s, args) -> dict:
+    """Keep-alive latency and throughput of circuits that never resume: suite 5 beside suite 4, alternating rounds."""
+    size = min(args.size_mib, 256) * run_mod.MIB
+    paths = {}
+    for name, extra in (("suite 5 (resumable)", []), ("suite 4 (--resume-grace 0)", ["--resume-grace", "0"])):
+        port = run_mod.free_port()
+        s.procs[f"tunnel {name}"] = run_mod.start_tunnel(s, "bench-device", port, extra=extra)
+        run_mod.wait_for_overlay(port, timeout=20)
+        paths[name] = run_mod.Path_(name, port)
+    source = Path("/dev/shm") / f"ils-bench-resume-{size}.bin"
+    with source.open("wb") as out:
+        out.truncate(size)
+    rounds: dict[str, dict[str, list[float]]] = {name: {"p50": [], "p99": [], "down": [], "up": []} for name in paths}
+    try:
+        for round_ in range(3):
+            for name in (list(paths) if round_ % 2 == 0 else list(reversed(paths))):
+                p = paths[name]
+                lat = run_mod.latency(p, args.latency_count)
+                rounds[name]["p50"].append(lat["p50_us"])
+                rounds[name]["p99"].append(lat["p99_us"])
+                rounds[name]["down"].append(run_mod.download(p, size))
+                rounds[name]["up"].append(run_mod.upload(p, source, size))
+                print(f"   {name}: latency p50 {lat['p50_us']:.0f} us p99 {lat['p99_us']:.0f} us, download "
+                      f"{rounds[name]['down'][-1]:.0f} MiB/s, upload {rounds[name]['up'][-1]:.0f} MiB/s", flush=True)
+    finally:
+        source.unlink(missing_ok=True)
+    median = lambda values: sorted(values)[len(values) // 2]
+    return {name: {"latency_p50_us": median(r["p50"]), "latency_p99_us": median(r["p99"]),
+                   "download_mib_s": median(r["down"]), "upload_mib_s": median(r["up"]),
+                   "samples": {key: [round(v, 1) for v in values] for key, values in r.items()}}
+            for name, r in rounds.items()} | {"size_mib": size // run_mod.MIB}
+
+
+def path_switches(run_mod, s, switches: int) -> dict:
+    """Resume time over `switches` path switches of a device in a namespace (see the module's text)."""
+    sys.path.insert(0, str(run_mod.ROOT / "Tests" / "e2e"))
+    from test_resumption import device_namespace  # noqa: E402
+
+    with device_namespace() as ns:
+        work = s.work / "switches"
+        work.mkdir()
+        r = run_mod.Setup(work=work, bin=s.bin, bench=s.bench, backend_port=s.backend_port)
+        r.controller_port = run_mod.free_port()
+        r.ils("controller", "init", "--state-dir", "controller", "--address",
+              f"https://{ns.wifi_host}:{r.controller_port}")
+        controller = run_mod.start(
+            [str(r.bin), "controller", "run", "--state-dir", "controller", "--listen",
+             f"{ns.wifi_host}:{r.controller_port}"],
+            work / "controller.log", work)
+        r.procs["controller"] = controller
+        run_mod.wait_port(r.controller_port, controller, host=ns.wifi_host)
+        run_mod.enroll(r, "switching-device", "device")
+        run_mod.start_gateway(r)
+        port = run_mod.free_port()
+        tunnel = run_mod.start(
+            ns.exec_args() + [str(r.bin), "tunnel", "--identity", "identities/switching-device.json", "--listen",
+                              f"127.0.0.1:{port}", "--allowed-host", "bench", *KEEPALIVE],
+            work / "tunnel.log", work)
+        r.procs["tunnel"] = tunnel
+        deadline = time.monotonic() + 30
+        clock = None
+        while clock is None:
+            try:
+                clock = sse_reader(ns.exec_args() + curl_sse(port))
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        times = []
+        try:
+            for switch in range(switches):
+                clock.wait_events(int(SETTLE_S * 1000 / EVENT_MS), timeout=30)
+                at = time.monotonic()
+                ns.switch(to_cell=switch % 2 == 0)
+                times.append(clock.first_after(at, timeout=60) * 1000)
+                print(f"   switch {switch + 1} ({'wifi → cell' if switch % 2 == 0 else 'cell → wifi'}): first event "
+                      f"{times[-1]:.0f} ms after", flush=True)
+            clock.wait_events(int(SETTLE_S * 1000 / EVENT_MS), timeout=30)
+            checked = clock.check()
+            resumed = (work / "gateway.log").read_text(errors="replace").count("circuit resumed")
+        finally:
+            clock.proc.terminate()
+            run_mod.stop_setup(r)
+    return {**run_mod.percentiles(times), "switches": switches, "each_ms": [round(t) for t in times],
+            "gateway_resumptions": resumed, **checked}
+
+
+def controller_kills(run_mod, c, a_port: int, b_port: int, store: str, trials: int) -> dict:
+    """Resume time after SIGKILL of the controller relaying a live stream, two controllers on one PostgreSQL."""
+    run_mod.enroll(c, "resuming-device", "device")
+    run_mod.pin(c, "resuming-device", [a_port, b_port])
+    port = run_mod.free_port()
+    tunnel = run_mod.start(
+        [str(c.bin), "tunnel", "--identity", "identities/resuming-device.json", "--listen", f"127.0.0.1:{port}",
+         "--allowed-host", "bench", *KEEPALIVE],
+        c.work / "tunnel-resuming.log", c.work)
+    run_mod.wait_port(port, tunnel)
+    run_mod.wait_for_overlay(port, timeout=30)
+    clock = sse_reader(curl_sse(port))
+    names = {a_port: ("controller", "A"), b_port: ("controller-B", "B")}
+    times = []
+    try:
+        # The device relays through A first (it lists A first); after A's kill, through B: the next kill is B's.
+        for trial in range(trials):
+            victim = a_port if trial % 2 == 0 else b_port
+            key, name = names[victim]
+            clock.wait_events(int(SETTLE_S * 1000 / EVENT_MS), timeout=30)
+            at = time.monotonic()
+            c.procs[key].send_signal(signal.SIGKILL)
+            times.append(clock.first_after(at, timeout=60) * 1000)
+            print(f"   SIGKILL of {name}: first event {times[-1]:.0f} ms after", flush=True)
+            c.procs[key].wait(timeout=10)
+            links = run_mod.gateway_links(c, victim)
+            run_mod.start_cluster_controller(c, name, victim, store)
+            run_mod.wait_gateway_linked(c, victim, more_than=links)
+        clock.wait_events(int(SETTLE_S * 1000 / EVENT_MS), timeout=30)
+        checked = clock.check()
+    finally:
+        clock.proc.terminate()
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+    return {**run_mod.percentiles(times), "trials": trials, "each_ms": [round(t) for t in times], **checked}
