@@ -226,8 +226,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         }
         let frame = unwrapData(data, as: ByteBuffer.self)
         guard counting, machine.resumable else {
-            guard let path else {
-                promise?.fail(ChannelError.ioOnClosedChannel)
+            guard let path, !machine.pathOutputEnded else {
+                // After END_STREAM (without resumption it follows FINAL at once) nothing more goes on the stream:
+                // an end-to-end handler's late ACK of a resumable suite that this end does not hold.
+                promise?.fail(path == nil ? ChannelError.ioOnClosedChannel : ChannelError.outputClosed)
                 return
             }
             path.write(frame, promise: promise)
@@ -237,9 +239,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         // the path it goes on now (or the one it goes on later, if held). Its promise completes once the circuit is
         // writable, so a writer that waits on promises goes no faster than the peer acknowledges.
         retained.append(frame)
-        retainedBytes += frame.capacity
-        retention.budget.add(frame.capacity)
-        path?.write(frame, promise: nil)
+        retainedBytes += frame.capacity + Self.recordOverhead
+        retention.budget.add(frame.capacity + Self.recordOverhead)
+        // After END_STREAM (the circuit settled) a late record (an ACK) is kept, not written: nothing may follow.
+        if !machine.pathOutputEnded { path?.write(frame, promise: nil) }
         updateWritability()
         if let promise {
             if isWritable {
@@ -268,8 +271,8 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             promise?.fail(ChannelError.operationUnsupported)
         case .output:
             machine.outputDidEnd()
-            sentAtOutputEnd = firstRetained + UInt64(retained.count)
-            if !machine.resumable, let path {
+            if sentAtOutputEnd == nil { sentAtOutputEnd = firstRetained + UInt64(retained.count) }
+            if !machine.resumable, let path, machine.pathEndDue() {
                 path.close(mode: .output, promise: promise)
                 return
             }
@@ -312,19 +315,25 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
 
     // MARK: Records
 
+    /// What a kept record costs in memory beyond its bytes (the buffer's storage object, the allocator's rounding,
+    /// its slot in `retained`): counted against the bounds, so a stream of small records (SSE events) cannot keep
+    /// several times the configured total. 1,000 held SSE circuits grew a gateway's RSS by 149 MiB against a 64 MiB
+    /// total before it was counted (docs/benchmarks.md).
+    static let recordOverhead = 128
+
     /// The peer has opened `count` of our records: drop those from what is kept.
-    private func acknowledge(_ count: UInt64) {
+    private func acknowledge(_ count: UInt64, endPath: Bool = true) {
         guard count > firstRetained else { return }
         let drop = Int(min(count - firstRetained, UInt64(retained.count)))
         for _ in 0..<drop {
             let frame = retained.removeFirst()
-            retainedBytes -= frame.capacity
-            retention.budget.add(-frame.capacity)
+            retainedBytes -= frame.capacity + Self.recordOverhead
+            retention.budget.add(-(frame.capacity + Self.recordOverhead))
         }
         firstRetained += UInt64(drop)
         if let sent = sentAtOutputEnd, count >= sent { machine.outputWasAcknowledged() }
         updateWritability()
-        endPathIfDue()
+        if endPath { endPathIfDue() }
     }
 
     /// Ends the current path's output (END_STREAM) if the machine says it is time.
@@ -482,7 +491,8 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         // The new path first: what is dropped now is judged against its writability, not a missing path's.
         path = new
         new.circuit = self
-        acknowledge(peerReceived)
+        // END_STREAM, if due, only after RESUMED and the records sent again (`endPathIfDue` below).
+        acknowledge(peerReceived, endPath: false)
         if let first { new.write(first, promise: nil) }
         for frame in retained { new.write(frame, promise: nil) }
         new.flush()

@@ -76,7 +76,8 @@ package struct CircuitPathMachine: Sendable {
     /// Whether END_STREAM should go on the current path now (then it counts as gone). Without resumption it follows
     /// our FINAL at once; with it, it waits for the circuit to be settled.
     package mutating func pathEndDue() -> Bool {
-        guard state == .attached, outputEnded, !pathOutputEnded, !resumable || isSettled else { return false }
+        guard outputEnded, !pathOutputEnded, state == .attached || state == .handshaking else { return false }
+        guard !resumable || isSettled else { return false }
         pathOutputEnded = true
         return true
     }

@@ -52,10 +52,12 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     private var outputClosed = false
 
     /// `versions` is every handshake version this gateway answers (a gateway passes all of them; see
-    /// `E2EResponder`).
+    /// `E2EResponder`); `suites` the record suites it agrees (a gateway that holds no circuit leaves the resumable
+    /// one out).
     public init(
         credentials: E2EHandshake.Credentials,
         versions: [any E2EHandshakeVersion] = [E2EHandshake.version],
+        suites: Set<E2ESuite> = Set(E2ESuite.allCases),
         authorize: @escaping Authorize,
         onEstablished: @escaping OnEstablished,
         handshakeTimeout: TimeAmount = E2EResponderHandler.handshakeTimeout,
@@ -64,7 +66,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     ) {
         self.unsealedEnd = unsealedEnd
         self.onCancelled = onCancelled
-        self.state = .awaitingHello(E2EResponder(credentials: credentials, versions: versions))
+        self.state = .awaitingHello(E2EResponder(credentials: credentials, versions: versions, suites: suites))
         self.handshakeTimeout = handshakeTimeout
         self.authorize = authorize
         self.onEstablished = onEstablished

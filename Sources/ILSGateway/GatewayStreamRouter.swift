@@ -373,6 +373,10 @@ final class GatewayStreamRouter: ChannelInboundHandler, RemovableChannelHandler 
                         E2EResponderHandler(
                             credentials: shared.context.credentials,
                             versions: E2EHandshakeVersions.all,
+                            // With a grace window of 0 this gateway holds nothing: it agrees suite 4 at most, so no
+                            // record is kept or acknowledged at either end (docs/operations.md, "Resumption").
+                            suites: shared.context.retention.grace > .zero
+                                ? Set(E2ESuite.allCases) : Set(E2ESuite.allCases.filter { !$0.isResumable }),
                             authorize: { peer, requested in
                                 let decision = shared.context.policy.decide(
                                     peer,

@@ -66,7 +66,8 @@ struct TunnelCommand: AsyncParsableCommand {
     @Option(
         help: """
             How long a circuit whose network path is lost (a network change, a dead controller) keeps trying to \
-            resume; its client sees a pause. 0 ends it with its path. Default: 60s.
+            resume; its client sees a pause. 0 ends it with its path, as before resumption, and offers the gateway \
+            no resumable circuit (nothing kept, no acknowledgements). Default: 60s.
             """
     )
     var resumeGrace: String?

@@ -155,8 +155,9 @@ struct ResumptionTests {
         "a gateway that no longer holds the circuit refuses its resumption: the app's stream ends with not_resumed, not truncated"
     )
     func notHeldIsNotResumed() async throws {
-        // Grace 0: this gateway ends a circuit with its path, as before resumption.
-        try await Self.withGateway(retention: CircuitRetention(grace: .zero)) { cluster, backend in
+        // A window of 1 ms: the gateway agrees the resumable suite, holds the circuit and lets it go before any
+        // resumption can arrive (it needs a new TLS connection).
+        try await Self.withGateway(retention: Self.gateway(grace: .milliseconds(1))) { cluster, backend in
             let identity = try await cluster.enroll("tab", role: .device)
             let failure = await Self.streamUntilDropped(
                 try OverlayClient(identity: identity),
@@ -166,7 +167,25 @@ struct ResumptionTests {
             #expect(failure?.userInfo[OverlayURLError.reasonKey] as? String == "not_resumed")
             #expect(failure?.code == .networkConnectionLost)
             #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
-            #expect(cluster.gateways[0].resumedCount == 0 && cluster.gateways[0].expiredCount == 0)
+            #expect(cluster.gateways[0].resumedCount == 0)
+        }
+    }
+
+    @Test("a gateway with grace 0 agrees suite 4: a lost path ends the request as truncated, and nothing is held")
+    func gatewayWithoutGrace() async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .zero)) { cluster, backend in
+            let gateway = cluster.gateways[0]
+            let identity = try await cluster.enroll("tab", role: .device)
+            let failure = await Self.streamUntilDropped(
+                try OverlayClient(identity: identity),
+                cluster: cluster,
+                identity: identity
+            )
+            #expect(failure?.userInfo[OverlayURLError.reasonKey] as? String == "truncated")
+            #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
+            #expect(gateway.resumableCircuits.held == 0)
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
+            #expect(gateway.expiredCount == 0 && gateway.resumedCount == 0)
         }
     }
 

@@ -348,7 +348,7 @@ def render(results: dict, before: dict | None = None) -> str:
 
     resume = results.get("resume")
     if resume:
-        over, sw, kill = resume["overhead"], resume["switches"], resume["controller_kill"]
+        over, sw, kill, held = resume["overhead"], resume["switches"], resume["controller_kill"], resume["held_memory"]
         five, four = over["suite 5 (resumable)"], over["suite 4 (--resume-grace 0)"]
         lines += [
             "",
@@ -383,6 +383,14 @@ def render(results: dict, before: dict | None = None) -> str:
             f"  A and B in turn): first event p50 {kill['p50']:.0f} ms, p99 {kill['p99']:.0f} ms after the kill (each:"
             f" {', '.join(str(t) for t in kill['each_ms'])}); {kill['events']} events, {kill['lost']} lost,"
             f" {kill['repeated']} repeated.",
+            f"- Held circuits: {held['circuits']} SSE circuits (an event every 10 ms each) through a gateway of its own",
+            f"  with `--resume-total {held['total_mib']}MiB --resume-grace {held['grace_s']}s`, the device's tunnel"
+            " SIGKILLed with all open, the",
+            f"  backend answers going on. Gateway RSS: {held['baseline_kib'] / 1024:.0f} MiB before the streams,"
+            f" {held['attached_kib'] / 1024:.0f} MiB with them attached, at most {held['held_peak_kib'] / 1024:.0f} MiB"
+            " while held,",
+            f"  {held['after_window_kib'] / 1024:.0f} MiB after the window ran out ({held['expired_logged']} circuits"
+            " let go). The total bounds what held circuits keep; the rest of their answers waits in the backends.",
         ]
 
     app = results.get("app")

@@ -50,13 +50,16 @@ class EventClock:
             return len(self.events)
 
     def first_after(self, at: float, timeout: float) -> float:
-        """Seconds from `at` to the first event that arrives after it."""
+        """Seconds from `at` to the arrival of the first event the backend sent after `at`. (The backend stamps each
+        event with CLOCK_MONOTONIC, as `time.monotonic` reads it here: events already on their way at the switch
+        say nothing of the new path, so they are not the measure.)"""
         deadline = time.monotonic() + timeout
+        since = int(at * 1e9)
         while time.monotonic() < deadline:
             with self.lock:
-                later = next((arrived for arrived, _ in reversed(self.events) if arrived > at), None)
-                if later is not None:
-                    return min(arrived for arrived, _ in self.events if arrived > at) - at
+                found = next((arrived for arrived, stamp in self.events if stamp >= since), None)
+            if found is not None:
+                return found - at
             time.sleep(0.002)
         raise RuntimeError(f"no event within {timeout:.0f} s of the switch: the stream did not resume")
 
@@ -213,3 +216,70 @@ def controller_kills(run_mod, c, a_port: int, b_port: int, store: str, trials: i
         tunnel.terminate()
         tunnel.wait(timeout=10)
     return {**run_mod.percentiles(times), "trials": trials, "each_ms": [round(t) for t in times], **checked}
+
+
+def held_memory(run_mod, s, circuits: int, total_mib: int = 64, grace_s: int = 40) -> dict:
+    """The gateway's resident memory while `circuits` circuits are held, their backend answers still streaming (an
+    SSE event every 10 ms each): a gateway of its own with `--resume-total` of `total_mib` and a window of `grace_s`,
+    the device's tunnel SIGKILLed with every stream open. Samples the gateway's RSS from before the streams to after
+    the window ran out."""
+    work = s.work / "held"
+    work.mkdir()
+    h = run_mod.Setup(work=work, bin=s.bin, bench=s.bench, backend_port=s.backend_port)
+    h.controller_port = run_mod.free_port()
+    h.ils("controller", "init", "--state-dir", "controller", "--address", f"https://127.0.0.1:{h.controller_port}")
+    h.procs["controller"] = run_mod.start(
+        [str(h.bin), "controller", "run", "--state-dir", "controller", "--listen",
+         f"127.0.0.1:{h.controller_port}", *run_mod.BENCH_CIRCUIT_CAPS],
+        work / "controller.log", work)
+    run_mod.wait_port(h.controller_port, h.procs["controller"])
+    run_mod.enroll(h, "gateway", "gateway")
+    h.procs["gateway"] = run_mod.start(
+        [str(h.bin), "serve", "--identity", "identities/gateway.json", "--backend",
+         f"http://127.0.0.1:{h.backend_port}", "--resume-total", f"{total_mib}MiB", "--resume-grace", f"{grace_s}s"],
+        work / "gateway.log", work, env={"NETWORKING_MODE": "ziti"})
+    run_mod.enroll(h, "held-device", "device")
+    port = run_mod.free_port()
+    tunnel = run_mod.start_tunnel(h, "held-device", port)
+    run_mod.wait_for_overlay(port, timeout=30)
+    gateway = h.procs["gateway"].pid
+    samples: list[tuple[str, float, int]] = []
+    began = time.monotonic()
+
+    def sample(label: str) -> int:
+        rss = run_mod.rss_kib(gateway)
+        samples.append((label, round(time.monotonic() - began, 1), rss))
+        return rss
+
+    run_mod.settle(h)
+    baseline = sample("before")
+    socks = []
+    try:
+        for _ in range(circuits):
+            sock = run_mod.socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(b"GET /sse?interval_ms=10 HTTP/1.1\r\nHost: bench\r\n\r\n")
+            socks.append(sock)
+        for sock in socks:
+            data = b""
+            while b"data: " not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise RuntimeError("an SSE stream closed before its first event")
+                data += chunk
+        attached = sample(f"{circuits} attached")
+        tunnel.send_signal(signal.SIGKILL)
+        tunnel.wait(timeout=10)
+        killed = time.monotonic()
+        while time.monotonic() - killed < grace_s + 10:
+            time.sleep(2)
+            sample(f"held, {time.monotonic() - killed:.0f} s")
+        log = (work / "gateway.log").read_text(errors="replace")
+    finally:
+        for sock in socks:
+            sock.close()
+        run_mod.stop_setup(h)
+    held = [rss for label, _, rss in samples if label.startswith("held")]
+    in_window = [rss for label, at, rss in samples if label.startswith("held") and at - (killed - began) < grace_s]
+    return {"circuits": circuits, "total_mib": total_mib, "grace_s": grace_s, "baseline_kib": baseline,
+            "attached_kib": attached, "held_peak_kib": max(in_window), "after_window_kib": held[-1],
+            "expired_logged": log.count("grace window"), "samples": samples}
