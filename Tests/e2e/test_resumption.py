@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -85,6 +85,7 @@ class DeviceNetns:
     cell_device: str
     wifi_if: str
     cell_if: str
+    dropping: list[list[str]] = field(default_factory=list)  # the iptables rules in force (without -A/-D)
 
     def exec_args(self) -> list[str]:
         return ["ip", "netns", "exec", self.name]
@@ -98,13 +99,20 @@ class DeviceNetns:
         self.switch(to_cell=True)
 
     def switch(self, to_cell: bool) -> None:
-        """Black-holes the interface in use (and only it: the previous switch's rules go) and routes the
-        controller's address over the other one. Also used by deploy/bench (resume times over 20 switches)."""
-        run(*self.exec_args(), "iptables", "-F", "INPUT")
-        run(*self.exec_args(), "iptables", "-F", "OUTPUT")
+        """Black-holes the interface in use and its address, both ways, in the device's namespace (the previous
+        switch's rules go) and routes the controller's address over the other one: no reset, the old connection's
+        packets just vanish, and only the device's keepalive notices. Also used by deploy/bench (resume times)."""
+        for rule in self.dropping:
+            run(*rule[:-1], "iptables", "-D", *rule[-1], check=False)
+        self.dropping = []
+        # The address of the path left behind is dead whichever interface its packets would take now (a socket
+        # keeps its source address across the route change), as when a phone loses that network.
+        address = self.wifi_device if to_cell else self.cell_device
         dropped = self.wifi_if if to_cell else self.cell_if
-        for chain, flag in (("OUTPUT", "-o"), ("INPUT", "-i")):
-            run(*self.exec_args(), "iptables", "-A", chain, flag, dropped, "-j", "DROP")
+        for rule in (["OUTPUT", "-o", dropped, "-j", "DROP"], ["INPUT", "-i", dropped, "-j", "DROP"],
+                     ["OUTPUT", "-s", address, "-j", "DROP"], ["INPUT", "-d", address, "-j", "DROP"]):
+            run(*self.exec_args(), "iptables", "-A", *rule)
+            self.dropping.append([*self.exec_args(), rule])
         if to_cell:
             run("ip", "-n", self.name, "route", "replace", f"{self.wifi_host}/32", "via", self.cell_host,
                 "dev", self.cell_if, "src", self.cell_device)
@@ -126,14 +134,16 @@ def device_namespace() -> Iterator[DeviceNetns]:
     """A device namespace with wifi and cell, removed on exit (raises NetnsUnavailable where none can be made)."""
     name, tag = made_netns("ils-r")
     octet = 16 + int(tag[:2], 16) % 200
+    host_ifs = [f"hw{tag}", f"hc{tag}"]
     ns = DeviceNetns(name, f"10.232.{octet}.1", f"10.232.{octet}.2", f"10.233.{octet}.1",
                      f"10.233.{octet}.2", f"wifi{tag}", f"cell{tag}")
-    host_ifs = [f"hw{tag}", f"hc{tag}"]
     try:
         make_veth(ns.name, host_ifs[0], ns.wifi_if, ns.wifi_host, ns.wifi_device)
         make_veth(ns.name, host_ifs[1], ns.cell_if, ns.cell_host, ns.cell_device)
         yield ns
     finally:
+        for rule in ns.dropping:
+            run(*rule[:-1], "iptables", "-D", *rule[-1], check=False)
         for host_if in host_ifs:
             run("ip", "link", "del", host_if, check=False)
         run("ip", "netns", "del", ns.name, check=False)

@@ -949,7 +949,7 @@ def resumption_figures(s: Setup, args: argparse.Namespace) -> dict:
     out: dict = {}
     print("   overhead: suite 5 (resumable) beside suite 4, alternating rounds", flush=True)
     out["overhead"] = resume.overhead(this, s, args)
-    print(f"   {args.switches} path switches of a device in a network namespace (wifi ⇄ cell)", flush=True)
+    print(f"   {args.switches} path switches (wifi → cell), each of a fresh device in a network namespace", flush=True)
     out["switches"] = resume.path_switches(this, s, args.switches)
     print(f"   {args.held_circuits} held circuits whose backend answers go on (a gateway of its own)", flush=True)
     out["held_memory"] = resume.held_memory(this, s, args.held_circuits)
@@ -1188,7 +1188,7 @@ def main() -> int:
         print(f"== circuit resumption (after {settle(s):.1f} s idle wait)", flush=True)
         results["resume"] = resumption_figures(s, args)
 
-    results["duration_s"] = time.monotonic() - started
+    results["duration_s"] = duration = time.monotonic() - started
     stop_all()
     previous = json.loads(Path(args.json).read_text()) if Path(args.json).is_file() else {}
     results = carry_over(results, previous, only)
@@ -1197,7 +1197,7 @@ def main() -> int:
     from report import load_before, render  # noqa: E402
 
     Path(args.markdown).write_text(render(results, load_before()))
-    print(f"== done in {results['duration_s']:.0f} s; wrote {args.markdown} and {args.json}", flush=True)
+    print(f"== done in {duration:.0f} s; wrote {args.markdown} and {args.json}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
