@@ -69,6 +69,10 @@ struct URLSessionTests {
                 #expect(collected.status == 200)
                 let answer = String(decoding: collected.body, as: UTF8.self)
                 #expect(answer == "{\"bytes\":\(payload.count),\"sha256\":\"\(expected)\"}", "stream: \(useStream)")
+                if collected.error != nil {
+                    // What the controller and the gateway said, to tell a lost path from a gateway's decision.
+                    print("cluster \(cluster.id) logged:\n" + cluster.capturedLog.joined(separator: "\n"))
+                }
             }
         }
     }

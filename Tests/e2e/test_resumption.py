@@ -12,6 +12,8 @@ removed after it. Skipped where namespaces cannot be made (not root)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 from contextlib import contextmanager
@@ -205,14 +207,23 @@ def pause_after(times: list[float], cut_at: float) -> float:
     return max((b - a for a, b in zip(after, after[1:])), default=0.0)
 
 
-def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
-                    interrupt, controller_flags: tuple[str, ...] = (), gateway_flags: tuple[str, ...] = (),
-                    pause_allowance: float = 0.0) -> None:
-    """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's processes and the
-    gateway in their namespaces), streams N events through the tunnel (curl) and through ILSClient
-    (`ils-client-example`) at once from the device's namespace, calls `interrupt(tunnel, example, controller_port)`
-    once both are well under way, and checks that each stream got every event once, in order, with no pause above
-    the bound (plus `pause_allowance`), and that the backend saw one request per stream, never cancelled."""
+@dataclass
+class Overlay:
+    """The overlay that `overlay_in` started: the controller `c` (its `port`), the backend, the gateway, and the
+    device's tunnel listening on `tunnel_port` in the device's namespace; identities ipad-r (the tunnel's) and app-r."""
+    root: Path
+    c: Controller
+    backend: Backend
+    gateway: ManagedProcess
+    tunnel: ManagedProcess
+    tunnel_port: int
+
+
+@contextmanager
+def overlay_in(net: Topology, ils_bin: Path, tmp_path: Path, controller_flags: tuple[str, ...] = (),
+               gateway_flags: tuple[str, ...] = ()) -> Iterator[Overlay]:
+    """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's tunnel and the
+    gateway in their namespaces), with the device's keepalive at 1 s + 1 s; stops everything on exit."""
     root, logs = tmp_path / "root", tmp_path / "logs"
     root.mkdir()
     logs.mkdir()
@@ -249,11 +260,27 @@ def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_
         gateway.wait_for_log("hosting service")
         tunnel.start()
         tunnel.wait_for_log("tunnel listening")
+        yield Overlay(root, c, backend, gateway, tunnel, tunnel_port)
+    finally:
+        for p in (tunnel, gateway, backend, controller):
+            if p is not None:
+                p.stop()
+
+
+def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
+                    interrupt, controller_flags: tuple[str, ...] = (), gateway_flags: tuple[str, ...] = (),
+                    pause_allowance: float = 0.0) -> None:
+    """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's processes and the
+    gateway in their namespaces), streams N events through the tunnel (curl) and through ILSClient
+    (`ils-client-example`) at once from the device's namespace, calls `interrupt(tunnel, example, controller_port)`
+    once both are well under way, and checks that each stream got every event once, in order, with no pause above
+    the bound (plus `pause_allowance`), and that the backend saw one request per stream, never cancelled."""
+    with overlay_in(net, ils_bin, tmp_path, controller_flags, gateway_flags) as o:
+        root, backend, gateway, tunnel, tunnel_port = o.root, o.backend, o.gateway, o.tunnel, o.tunnel_port
         before = backend_streams(backend)
 
         query = f"/claude/stream?n={N}&interval_ms={INTERVAL_MS}"
         results: dict[str, tuple[int, list[tuple[float, str]], str]] = {}
-        app_pid: list[int] = []
 
         def stream(name: str, args: list[str]) -> None:
             results[name] = process_timed_lines(net.device_exec + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=root)
@@ -272,7 +299,7 @@ def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_
             time.sleep(0.05)
         time.sleep(SWITCH_AFTER * INTERVAL_MS / 1000)  # Sleep: the streams must be well under way; they pace it.
         cut_at = time.time()
-        interrupt(tunnel, client_example_bin, c.port)
+        interrupt(tunnel, client_example_bin, o.c.port)
         for reader in readers:
             reader.join(timeout=N * INTERVAL_MS / 1000 + 120)
 
@@ -298,10 +325,6 @@ def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_
         after = backend_streams(backend)
         assert after["completed"] == before["completed"] + 2, (before, after)
         assert after["disconnected"] == before["disconnected"], (before, after)
-    finally:
-        for p in (tunnel, gateway, backend, controller):
-            if p is not None:
-                p.stop()
 
 
 STOP_S = 20.0
@@ -358,3 +381,31 @@ def test_a_black_holed_gateway_link_loses_nothing(gateway_netns: GatewayNetns, i
                     "gateway link black-holed for 10 s", black_hole,
                     controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"),
                     gateway_flags=("--keepalive", "1s", "--keepalive-timeout", "1s"), pause_allowance=BLACK_HOLE_S)
+
+
+UPLOAD_MIB = 16
+
+
+def test_an_upload_survives_a_network_switch_midway(device_netns: DeviceNetns, ils_bin: Path, tmp_path: Path) -> None:
+    """16 MiB uploaded through the tunnel from the device's namespace (curl, paced at 2 MiB/s so the switch lands
+    midway); a quarter of the way in, wifi is black-holed and the route moves to cell. The backend hashes what it got:
+    every byte once, in order (SHA-256 and size), in one request."""
+    body = tmp_path / "upload.bin"
+    body.write_bytes(os.urandom(UPLOAD_MIB * 1024 * 1024))
+    expected = hashlib.sha256(body.read_bytes()).hexdigest()
+    with overlay_in(device_netns.topology(), ils_bin, tmp_path) as o:
+        upload = subprocess.Popen(
+            device_netns.exec_args() + ["curl", "-sS", "--max-time", "120", "--limit-rate", "2M", "-H", "Expect:",
+                                        "-X", "POST", "--data-binary", f"@{body}",
+                                        f"http://127.0.0.1:{o.tunnel_port}/upload"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        # Sleep: curl's --limit-rate paces the upload (8 s); this lands the switch a quarter of the way in. That the
+        # switch hit the upload is checked below (the gateway resumed a circuit).
+        time.sleep(UPLOAD_MIB / 2 / 4)
+        device_netns.switch_to_cell()
+        out, err = upload.communicate(timeout=150)
+        assert upload.returncode == 0, f"curl: {err}"
+        got = json.loads(out)
+        assert got == {"bytes": UPLOAD_MIB * 1024 * 1024, "sha256": expected}, got
+        assert o.gateway.full_log().count("circuit resumed") >= 1, "the upload was not resumed: the switch missed it"
