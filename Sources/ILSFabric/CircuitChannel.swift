@@ -90,7 +90,11 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     public var localAddress: SocketAddress? { nil }
     public var remoteAddress: SocketAddress? { nil }
 
-    private let flags = NIOLockedValueBox((active: true, writable: true, held: false))
+    /// Not writable until the handshake is done: what is written before waits, unbounded, in the end-to-end
+    /// handler (`PendingWrites`), and a writer that goes by writability (an upload's body, the tunnel's glue) must
+    /// not pour itself in there. A 16 MiB upload whose handshake was slow under load once went out whole at the
+    /// handshake's end, past what the gateway takes unacknowledged (`e2e_window_exceeded`).
+    private let flags = NIOLockedValueBox((active: true, writable: false, held: false))
     public var isActive: Bool { flags.withLockedValue { $0.active } }
     public var isWritable: Bool { flags.withLockedValue { $0.writable } }
 
@@ -301,6 +305,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             self.peerID = peerID
             machine.established(resumable: secrets != nil && retention.grace > .zero)
             if machine.resumable { path?.demandRead() }
+            // Writable from the next turn: the writes held for the handshake go first, in order (the handler sends
+            // them right after this event).
+            eventLoop.assumeIsolated().execute { if self.isActive { self.updateWritability() } }
             let callbacks = onEstablished
             onEstablished = []
             for callback in callbacks { callback(self) }
@@ -347,7 +354,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// circuit's keeping is its records in flight, drained by the device's ACKs and bounded per circuit like an
     /// HTTP/2 window, and one device's held circuits filling the budget must not stall everyone else's answers.
     private func updateWritability() {
-        var writable = path?.isWritable ?? isHeld
+        var writable = counting && (path?.isWritable ?? isHeld)
         if machine.resumable {
             if retainedBytes >= retention.perCircuit || (isHeld && retention.budget.bytes >= retention.budget.limit) {
                 writable = false

@@ -128,6 +128,21 @@ struct CircuitEndTests {
         }
     }
 
+    /// A writer that goes by writability (an upload's body, the tunnel's glue) once poured a whole 16 MiB body into
+    /// the end-to-end handler while a slow handshake was out; it all went at the handshake's end, past what the
+    /// gateway takes unacknowledged (`e2e_window_exceeded`), and the app saw `not_resumed`.
+    @Test("a circuit is not writable until its handshake is done, then is")
+    func writableOnlyOnceEstablished() async throws {
+        try await withCluster { cluster in
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("phone", role: .device))
+            // Read on the circuit's loop as the dial completes: the ClientHello has only just been written.
+            let atDial = try await dialer.dial(service: "claude-api").map { ($0, $0.isWritable) }.get()
+            #expect(!atDial.1, "writable before the handshake")
+            #expect(await TestCluster.eventually { atDial.0.isWritable }, "never writable")
+            try await atDial.0.close()
+        }
+    }
+
     /// With suite 5 the gateway keeps what it sends until the device acknowledges it, at most 1 MiB: a device that
     /// stopped acknowledging at its own FINAL (a tunnel's client half-closes after its request) stalled every answer
     /// past 1 MiB. It acknowledges after its FINAL now, and END_STREAM waits until both FINALs are acknowledged.
