@@ -305,8 +305,8 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             self.peerID = peerID
             machine.established(resumable: secrets != nil && retention.grace > .zero)
             if machine.resumable { path?.demandRead() }
-            // Writable from the next turn: the writes held for the handshake go first, in order (the handler sends
-            // them right after this event).
+            // Writable once the writes held for the handshake are in (the handler sends them right after this event):
+            // at the first of them with a resumable suite (`write0`), else from the next turn.
             eventLoop.assumeIsolated().execute { if self.isActive { self.updateWritability() } }
             let callbacks = onEstablished
             onEstablished = []

@@ -298,9 +298,12 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
         context.close(mode: .output, promise: promise)
     }
 
-    /// Fails what waits for a flush and a half-close waiting for the handshake: the circuit is going away.
+    /// Fails what waits for a flush, the writes held for the handshake and a half-close waiting for it: the circuit
+    /// is going away. (A writer waits on a held write's promise while the circuit is not writable, as it is until
+    /// the handshake is done: a circuit that closes mid-handshake must not leave it waiting for good.)
     private func dropOutput(_ error: any Error) {
         batch.fail(error)
+        pending.fail(error)
         if case .halfCloseRequested(let promise) = output {
             output = .closed
             promise?.fail(error)

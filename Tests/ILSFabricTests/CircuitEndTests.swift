@@ -117,6 +117,23 @@ struct EmbeddedCircuit {
 
 @Suite("How a circuit ends: FINAL is a clean end, anything else a truncation")
 struct CircuitEndTests {
+    /// A writer waits on a held write's promise while the circuit is not writable (until the handshake is done):
+    /// a circuit that closes mid-handshake without a refusal must fail those promises, or the writer waits for good.
+    @Test("writes held for the handshake fail when the circuit closes before it is done")
+    func heldWritesFailWhenClosedMidHandshake() throws {
+        let authority = try CertificateAuthority.create(name: "test CA")
+        let device = try CircuitFixture.credentials(authority, name: "ipad", role: .device)
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(E2EInitiatorHandler(credentials: device, service: "claude-api"))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let held = channel.eventLoop.makePromise(of: Void.self)
+        let failed = NIOLockedValueBox(false)
+        held.futureResult.whenFailure { _ in failed.withLockedValue { $0 = true } }
+        channel.writeAndFlush(ByteBuffer(string: "POST /upload HTTP/1.1\r\n\r\n"), promise: held)
+        _ = try? channel.finish()
+        #expect(failed.withLockedValue { $0 }, "the held write's promise never completed")
+    }
+
     @Test("the gateway's clean end (FINAL, END_STREAM) reaches the device app as the end of input, not an error")
     func gatewayCleanEnd() throws {
         let circuit = try EmbeddedCircuit()
