@@ -384,8 +384,12 @@ struct HeldCircuitMemoryTests {
             print("\(count) held circuits keep \(retained) bytes (total bound \(limit); \(atHold) when held)")
             // At most one backend read per circuit (one read per turn, at most 64 KiB: `BackendPool`) beyond the total,
             // or beyond what they kept when they were held if that was more: a circuit learns that the total is
-            // reached at its next write, and what its backend read in progress brought is kept.
-            #expect(retained <= max(limit, atHold) + count * 64 * 1024, "\(retained) bytes kept")
+            // reached at its next write, and what its backend read in progress brought is kept. That read is one
+            // record, counted as its buffer's memory (a 64 KiB record's buffer is 128 KiB: the allocator rounds up to
+            // a power of two) plus `CircuitChannel.recordOverhead`. (With 64 KiB per circuit the sanitizer's run, whose
+            // lagging loops bring full reads, kept 13.1 MB for 50 circuits against 11.7.)
+            let perRead = 128 * 1024 + 128
+            #expect(retained <= max(limit, atHold) + count * perRead, "\(retained) bytes kept")
             #expect(retained >= limit, "the circuits stopped before the total: \(retained) bytes")
             gateway.stop()
             #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
