@@ -400,8 +400,10 @@ def test_an_upload_survives_a_network_switch_midway(device_netns: DeviceNetns, i
                                         f"http://127.0.0.1:{o.tunnel_port}/upload"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        # Sleep: curl's --limit-rate paces the upload (8 s); this lands the switch a quarter of the way in. That the
-        # switch hit the upload is checked below (the gateway resumed a circuit).
+        # The upload is under way once the tunnel has dialled its circuit (its first connection to the controller).
+        o.c.process.wait_for_log("device connected")
+        # Sleep: curl's --limit-rate caps the upload at 2 MiB/s (8 s at best; a slower machine only makes it longer),
+        # so this lands the switch inside it. That it did is checked below (the gateway resumed a circuit).
         time.sleep(UPLOAD_MIB / 2 / 4)
         device_netns.switch_to_cell()
         out, err = upload.communicate(timeout=150)
