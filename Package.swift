@@ -114,7 +114,8 @@ let package = Package(
         ),
         /// Two byte channels spliced with backpressure (`GlueHandler`) and the write buffer sizes that set when it
         /// holds reads (`WriteBuffers`): what HTTP mode's WebSocket upgrade, the overlay and the tunnel share, with
-        /// nothing but NIOCore below it, so HTTP mode links no HTTP/2 and no libsodium.
+        /// nothing but NIOCore below it, so the proxy core (ILSProxy) imports nothing of the overlay. HTTP mode as a
+        /// whole does: ILSGateway holds both modes (docs/architecture.md, "Layers").
         .target(
             name: "ILSSplice",
             dependencies: [
@@ -227,6 +228,25 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        /// A device's side of the overlay without Foundation's networking: `OverlayDialer` (the controller
+        /// connection, circuits, their resumption) and the link state. Below ILSClient, which wraps it for apps, and
+        /// used as it is by the tunnel and the bench, so no server-side target imports ILSClient
+        /// (deploy/check-targets.sh). In ILSClient's closure: no system library, no unguarded Glibc.
+        .target(
+            name: "ILSDial",
+            dependencies: [
+                "ILSCore",
+                "ILSCrypto",
+                "ILSFabric",
+                "ILSIdentity",
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ILSClient",
             dependencies: [
@@ -234,6 +254,7 @@ let package = Package(
                 "ILSCrypto",
                 "ILSFabric",
                 "ILSIdentity",
+                "ILSDial",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -275,7 +296,8 @@ let package = Package(
             dependencies: [
                 .product(name: "Metrics", package: "swift-metrics"),
                 "ILSCore",
-                "ILSClient",
+                "ILSDial",
+                "ILSIdentity",
                 "ILSFabric",
                 "ILSSplice",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -298,7 +320,7 @@ let package = Package(
                 "ILSController",
                 "ILSGateway",
                 "ILSTunnel",
-                "ILSClient",
+                "ILSIdentity",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -392,7 +414,7 @@ let package = Package(
                 "ILSCrypto",
                 "ILSGateway",
                 "ILSController",
-                "ILSClient",
+                "ILSIdentity",
                 "ILSTunnel",
                 "ILSObservability",
                 "ILSConfig",
@@ -421,7 +443,7 @@ let package = Package(
                 "ILSCore",
                 "ILSCrypto",
                 "ILSSodium",
-                "ILSClient",
+                "ILSDial",
                 "ILSIdentity",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -438,10 +460,14 @@ let package = Package(
             name: "ILSStoreTests",
             dependencies: [
                 "ILSCore",
+                "ILSCrypto",
+                "ILSController",
+                "ILSIdentity",
                 "ILSStore",
                 "ILSStorePostgres",
                 "ILSTesting",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -485,7 +511,9 @@ let package = Package(
                 "ILSCrypto",
                 "ILSFabric",
                 "ILSGateway",
+                "ILSIdentity",
                 "ILSProxy",
+                "ILSStore",
                 "ILSStorePostgres",
                 "ILSTesting",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -514,12 +542,15 @@ let package = Package(
             dependencies: [
                 "ILSCore",
                 "ILSClient",
+                "ILSDial",
                 "ILSCrypto",
                 "ILSFabric",
                 "ILSTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -28,27 +28,16 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-# `describe` reads the manifest and the source tree only; a scratch directory of its own keeps it off a build that
-# holds .build's lock.
-scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
-if ! (cd "$package" && swift package --scratch-path "$scratch" describe --type json) >"$scratch/describe.json" \
-    2>"$scratch/describe.err"; then
-    echo "check-client-closure: 'swift package describe' failed in $package:" >&2
-    cat "$scratch/describe.err" >&2
-    exit 2
-fi
-
-python3 - "$package" "$target" "$list" "$scratch/describe.json" <<'PY'
-import json
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(dirname "$0")" python3 - "$package" "$target" "$list" <<'PY'
 import os
 import re
 import sys
 from collections import deque
 
-package, root, list_only, describe_path = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
-with open(describe_path) as f:
-    description = json.load(f)
+from swift_sources import describe, imports
+
+package, root, list_only = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+description = describe(package, "check-client-closure")
 
 targets = {t["name"]: t for t in description["targets"]}
 products = {p["name"]: p["targets"] for p in description["products"]}
@@ -95,12 +84,6 @@ def is_system(target):
 
 
 FORBIDDEN = ("Glibc", "CSodium", "CMalloc", "CSQLite", "CQREncode")
-ATTRIBUTE = r"@[\w.]+(?:\([^)]*\))?\s+"
-IMPORT = re.compile(
-    rf"^\s*(?:{ATTRIBUTE})*(?:(?:public|package|internal|fileprivate|private|open)\s+)?(?:{ATTRIBUTE})*"
-    r"import\s+(?:(?:typealias|struct|class|enum|protocol|let|var|func)\s+)?(\w+)"
-)
-DIRECTIVE = re.compile(r"^\s*#(if|elseif|else|endif)\b(.*)")
 
 
 def guards(condition, module):
@@ -109,45 +92,17 @@ def guards(condition, module):
 
 
 def unguarded_imports(path):
-    # Each open #if block: its condition and whether we are in its #else.
-    stack = []
-    in_comment = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, raw in enumerate(f, start=1):
-            line = raw
-            if in_comment:
-                if "*/" not in line:
-                    continue
-                line = line.split("*/", 1)[1]
-                in_comment = False
-            line = re.sub(r"/\*.*?\*/", "", line)
-            if "/*" in line:
-                line, in_comment = line.split("/*", 1)[0], True
-            line = line.split("//", 1)[0]
-            directive = DIRECTIVE.match(line)
-            if directive:
-                kind, condition = directive.group(1), directive.group(2).strip()
-                if kind == "if":
-                    stack.append((condition, False))
-                elif kind == "elseif" and stack:
-                    stack[-1] = (condition, False)
-                elif kind == "else" and stack:
-                    stack[-1] = (stack[-1][0], True)
-                elif kind == "endif" and stack:
-                    stack.pop()
-                continue
-            imported = IMPORT.match(line)
-            if not imported or imported.group(1) not in FORBIDDEN:
-                continue
-            module = imported.group(1)
-            guarded = any(
-                guards(condition, module)
-                if not in_else
-                else re.fullmatch(rf"!\s*canImport\(\s*{module}\s*\)", condition) is not None
-                for condition, in_else in stack
-            )
-            if not guarded:
-                yield number, module, raw.strip()
+    for number, module, text, stack in imports(path):
+        if module not in FORBIDDEN:
+            continue
+        guarded = any(
+            guards(condition, module)
+            if not in_else
+            else re.fullmatch(rf"!\s*canImport\(\s*{module}\s*\)", condition) is not None
+            for condition, in_else in stack
+        )
+        if not guarded:
+            yield number, module, text
 
 
 failures = 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Removes each transition of the state machines (HTTP mode's, a circuit's paths) once and checks that a test catches it.
+"""Removes each transition of the state machines (HTTP mode's, a circuit's paths, a gateway's links) once and checks that a test catches it.
 
     deploy/check-machine-mutations.py [--only NAME] [--scratch PATH]
 
@@ -21,7 +21,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONNECTION = "Sources/ILSProxy/ProxyConnectionMachine.swift"
 EXCHANGE = "Sources/ILSProxy/ExchangeMachine.swift"
 PATHS = "Sources/ILSFabric/CircuitPathMachine.swift"
-FILTER = "ILSProxyTests.(ProxyConnectionMachine|ExchangeMachine)|ILSFabricTests.CircuitPathMachineTests"
+LINKS = "Sources/ILSGateway/LinkMachine.swift"
+FILTER = (
+    "ILSProxyTests.(ProxyConnectionMachine|ExchangeMachine)|ILSFabricTests.CircuitPathMachineTests"
+    "|ILSGatewayTests.LinkMachineTests"
+)
 
 # (name, file, text to find, replacement). Each removes or inverts one transition or one rule.
 MUTATIONS = [
@@ -46,8 +50,8 @@ MUTATIONS = [
      "            return .startForwarding(exchange, backend, writeContinue: writeContinue, resumeRead: resumeRead)",
      "            return .startForwarding(exchange, backend, writeContinue: writeContinue, resumeRead: false)"),
     ("T6 failed lease ignored", CONNECTION,
-     "        case .failure(let error):\n            return refuse(error, exchange, release: nil, now: now)\n",
-     "        case .failure:\n            return .none\n"),
+     "        case .failure(let error):\n            return .other(refuse(error, exchange, release: nil, now: now))\n",
+     "        case .failure:\n            return .other(.none)\n"),
     ("T7 stale lease taken", CONNECTION,
      "guard case .awaitingBackend(let current) = state, current === exchange else {",
      "guard case .awaitingBackend = state else {"),
@@ -77,7 +81,7 @@ MUTATIONS = [
     ("T14 waiting for a backend counts against the client", CONNECTION,
      "            if exchange.machine.awaitsRequestBody { bodyProgress = Swift.max(bodyProgress, now) }\n", ""),
     ("T15/T16 101 not held", CONNECTION,
-     "        case .holdSwitch:\n            return .none\n",
+     "        case .holdSwitch:\n            return .other(.none)\n",
      "        case .holdSwitch:\n            return .writeHead(exchange, closeClient: false)\n"),
     ("T16 no upgrade", CONNECTION,
      "        case .upgrade(let head):\n            state = .upgrading\n",
@@ -182,6 +186,55 @@ MUTATIONS = [
      "        guard case .held = state else { return false }"),
     ("paths: the device's attempts do not count up", PATHS,
      "        lastAttempt += 1\n        return lastAttempt", "        return lastAttempt + 1"),
+    ("links: an answer before the connect is dropped", LINKS,
+     "        case .dialling(_, let stale): return !stale\n", "        case .dialling: return false\n"),
+    ("links: the connect resets an answer that came first", LINKS,
+     "        case .linked(let link) where link.connection == connection:\n            break  // the controller's answer came first\n",
+     ""),
+    ("links: another connection's answer binds the dialled one", LINKS,
+     "            state = .linked(Link(connection: connection, certificate: link.certificate, binding: .awaiting))\n        case .idle:",
+     "            break\n        case .idle:"),
+    ("links: a renewal during a dial keeps its connection", LINKS,
+     "        case .dialling(_, stale: true):\n            state = .idle\n            return .replace\n",
+     "        case .dialling(let certificate, stale: true):\n"
+     "            state = .linked(Link(connection: connection, certificate: certificate, binding: .awaiting))\n"),
+    ("links: connected after stop is kept", LINKS,
+     "        case .stopped:\n            return .close\n        case .dialling(let certificate, stale: false):",
+     "        case .stopped:\n            return .keep\n        case .dialling(let certificate, stale: false):"),
+    ("links: a stopped link dials", LINKS,
+     "        guard state != .stopped else { return false }\n        state = .dialling", "        state = .dialling"),
+    ("links: a failed dial after stop dials again", LINKS,
+     "        guard state != .stopped else { return .stop }\n        state = .idle\n        return .dial(after: backoff.failed()",
+     "        state = .idle\n        return .dial(after: backoff.failed()"),
+    ("links: a refused link can be bound", LINKS,
+     "            guard link.binding == .awaiting else { return .stale }\n", ""),
+    ("links: a taken relay loop is bound", LINKS,
+     "        if loopTaken {\n", "        if false {\n"),
+    ("links: duplicates never stop being quick", LINKS,
+     "            duplicates += 1\n", ""),
+    ("links: a loop of its own keeps the duplicate count", LINKS,
+     "        duplicates = 0\n        state = .linked", "        state = .linked"),
+    ("links: a refusal of another connection applies", LINKS,
+     "    mutating func refused(_ connection: Connection, reason: String, code: String?) -> Bool {\n        guard accepts(connection) else { return false }\n",
+     "    mutating func refused(_ connection: Connection, reason: String, code: String?) -> Bool {\n"),
+    ("links: a renewal leaves the link in use", LINKS,
+     "        case .linked(let link):\n            state = .idle\n            return link.connection\n",
+     "        case .linked:\n            return nil\n"),
+    ("links: a renewal during a dial is forgotten", LINKS,
+     "            state = .dialling(certificate: certificate, stale: true)\n            return nil\n", "            return nil\n"),
+    ("links: a stopped link's end dials again", LINKS,
+     "        if state == .stopped { return .stop }\n", ""),
+    ("links: a rotated link waits before the new dial", LINKS,
+     "            return .dial(after: .zero, because: .rotated)\n", "            return .dial(after: backoff.failed(), because: .rotated)\n"),
+    ("links: a refusal waits as a lost link", LINKS,
+     "            return .dial(after: backoff.refused(code: code), because: .refused(code: code))",
+     "            return .dial(after: backoff.failed(), because: .refused(code: code))"),
+    ("links: a binding does not reset the backoff", LINKS,
+     "        case .bound:\n            backoff.bound()\n", "        case .bound:\n"),
+    ("links: a bound link's loss is not told apart", LINKS,
+     "because: .lost(wasBound: true))", "because: .lost(wasBound: false))"),
+    ("links: stop hands back no connection", LINKS,
+     "        return link?.connection\n", "        return nil\n"),
     ("exchange: end without a head finishes", EXCHANGE,
      "        case .awaitingHead, .complete:\n            backend = .close\n            return .refuse(.backendInvalidResponse)\n",
      "        case .awaitingHead, .complete:\n            break\n"),

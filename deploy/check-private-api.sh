@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when the project leans on swift-crypto's internals anywhere but the one documented exception
-# (docs/architecture.md, "The one private API"):
+# (docs/design/private-api.md):
 #   (a) a Swift source under Sources/ or Tests/ imports CCryptoBoringSSL, CCryptoBoringSSLShims or CryptoBoringWrapper
 #       (any access level or attribute) other than Sources/ILSCrypto/AESGCMInPlace.swift;
 #   (b) Package.swift does not pin swift-crypto to `.upToNextMinor(from: "4.5.x")`, the range whose BoringSSL AEAD

@@ -10,7 +10,7 @@ ROOT=$(pwd)
 KEEP_RUNNING=0
 [ "${1:-}" = "--keep-running" ] && KEEP_RUNNING=1
 
-./deploy/install-deps.sh
+./deploy/install-deps.sh --product
 
 STATE="$ROOT/.ils-quickstart"
 rm -rf "$STATE"
@@ -100,6 +100,8 @@ curl -sSN --max-time 30 "http://127.0.0.1:$TUNNEL_PORT/claude/stream?prompt=hell
     done
 echo
 echo "== the gateway's access line names the device it verified:"
+# Written just after the answer's end (by the log's own thread): wait for it rather than read once.
+wait_for_log " access " gateway.log
 grep ' access ' gateway.log | tail -1 | sed 's/^/   /'
 cat <<NEXT
 

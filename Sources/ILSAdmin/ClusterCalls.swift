@@ -19,7 +19,7 @@ public enum ClusterCalls {
     public static func controllers(_ client: ControllerClient) async throws(ILSError) -> [ControllerAddress] {
         let listed: [ControllerAPI.ControllerInfo]
         do {
-            listed = try await client.call(.GET, "/v1/controllers")
+            listed = try await client.call(ControllerRoutes.controllers)
         } catch {
             guard error.code == .notFound else { throw error }
             return [client.address]
@@ -29,19 +29,19 @@ public enum ClusterCalls {
         return addresses.isEmpty ? [client.address] : Array(addresses.prefix(maximumControllers))
     }
 
-    /// `GET path` on every one of `controllers` at once, each with its own bounded connection; answers in the
-    /// order of `controllers`.
+    /// `route` on every one of `controllers` at once, each with its own bounded connection; answers in the order of
+    /// `controllers`.
     public static func ask<Value: Decodable & Sendable>(
         _ client: ControllerClient,
-        _ path: String,
-        at controllers: [ControllerAddress],
-        as type: Value.Type = Value.self
+        _ route: ControllerRoute<NoBody, Value>,
+        name: String? = nil,
+        at controllers: [ControllerAddress]
     ) async -> [Answer<Value>] {
         await withTaskGroup(of: (Int, Answer<Value>).self) { group in
             for (index, address) in controllers.enumerated() {
                 group.addTask {
                     do throws(ILSError) {
-                        let value: Value = try await client.only(address).call(.GET, path)
+                        let value = try await client.only(address).call(route, name: name)
                         return (index, Answer(controller: address, result: .success(value)))
                     } catch {
                         return (index, Answer(controller: address, result: .failure(error)))
@@ -54,7 +54,7 @@ public enum ClusterCalls {
         }
     }
 
-    /// Every controller's answer to `GET path`, split into those that answered and those that did not.
+    /// Every controller's answer to `route`, split into those that answered and those that did not.
     public struct Gathered<Value: Sendable>: Sendable {
         public var answered: [(controller: ControllerAddress, value: Value)] = []
         public var failed: [(controller: ControllerAddress, error: ILSError)] = []
@@ -65,11 +65,11 @@ public enum ClusterCalls {
     /// (`admin sessions` on stderr, the console on the page).
     public static func gather<Value: Decodable & Sendable>(
         _ client: ControllerClient,
-        _ path: String,
-        as type: Value.Type = Value.self
+        _ route: ControllerRoute<NoBody, Value>,
+        name: String? = nil
     ) async throws(ILSError) -> Gathered<Value> {
         var gathered = Gathered<Value>()
-        for answer in await ask(client, path, at: try await controllers(client), as: type) {
+        for answer in await ask(client, route, name: name, at: try await controllers(client)) {
             switch answer.result {
             case .success(let value): gathered.answered.append((answer.controller, value))
             case .failure(let error): gathered.failed.append((answer.controller, error))

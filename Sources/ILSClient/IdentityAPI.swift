@@ -1,3 +1,4 @@
+public import ILSDial
 public import ILSIdentity
 
 // The identity's life after enrollment lives in ILSIdentity, below both the device and the gateway, so that
@@ -21,3 +22,12 @@ public typealias ControllerClient = ILSIdentity.ControllerClient
 public typealias IdentityKeeper = ILSIdentity.IdentityKeeper
 /// Notices a certificate renewed in the identity file by someone else.
 public typealias IdentityFileWatcher = ILSIdentity.IdentityFileWatcher
+/// Reads an enrollment token and enrolls: a key pair made here, the certificate from the controller.
+public typealias Enrollment = ILSIdentity.Enrollment
+/// The PEM files written next to an identity file for tools that want them (`enroll --pem`).
+public typealias IdentityPEMFiles = ILSIdentity.IdentityPEMFiles
+/// The device's controller connection and circuits, without Foundation's networking (ILSDial, which the tunnel
+/// uses too).
+public typealias OverlayDialer = ILSDial.OverlayDialer
+/// What the link to the overlay is doing, for a UI.
+public typealias LinkState = ILSDial.LinkState

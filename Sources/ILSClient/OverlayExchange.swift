@@ -63,23 +63,30 @@ final class OverlayExchange: Sendable {
         }
     }
 
-    /// Writes one request part; waits for it to leave when the circuit is not writable, so that the sender goes
-    /// no faster than the gateway reads.
-    func write(_ part: HTTPClientRequestPart) async throws {
+    /// Writes one request part and waits until the circuit has taken it: its promise completes at once while the
+    /// circuit is writable, and only once it is writable again when this part filled it, so the sender goes no
+    /// faster than the gateway acknowledges. (It used to wait only when `channel.isWritable` said no; read off the
+    /// circuit's loop, right after a write only queued there, that still said yes, so an upload could queue megabytes
+    /// past the circuit's bound, and the gateway cut the circuit for sending more than it may: `not_resumed` in
+    /// URLSessionTests' 16 MiB upload under ASan.)
+    static func write(_ part: HTTPClientRequestPart, on channel: any Channel) async throws {
         let written = channel.eventLoop.makePromise(of: Void.self)
         channel.writeAndFlush(part, promise: written)
-        if !channel.isWritable {
-            try await withTaskCancellationHandler {
-                try await written.futureResult.get()
-            } onCancel: {
-                self.close()
-            }
+        try await withTaskCancellationHandler {
+            try await written.futureResult.get()
+        } onCancel: {
+            channel.close(promise: nil)
         }
     }
 
     /// Sends `body` in chunks, then the end of the request (nothing when `open` sent the end with the head).
     func send(_ body: OverlayRequestBody) async throws {
         if endedWithHead { return }
+        try await Self.send(body, on: channel)
+    }
+
+    /// Sends `body` in chunks on `channel`, each once the one before was taken, then the end of the request.
+    static func send(_ body: OverlayRequestBody, on channel: any Channel) async throws {
         switch body {
         case .none:
             break
@@ -88,7 +95,7 @@ final class OverlayExchange: Sendable {
             while offset < data.endIndex {
                 try Task.checkCancellation()
                 let end = min(offset + Self.chunkSize, data.endIndex)
-                try await write(.body(.byteBuffer(ByteBuffer(bytes: data[offset..<end]))))
+                try await write(.body(.byteBuffer(ByteBuffer(bytes: data[offset..<end]))), on: channel)
                 offset = end
             }
         case .stream(let box):
@@ -107,10 +114,10 @@ final class OverlayExchange: Sendable {
                     )
                 }
                 if count == 0 { break }
-                try await write(.body(.byteBuffer(ByteBuffer(bytes: chunk[0..<count]))))
+                try await write(.body(.byteBuffer(ByteBuffer(bytes: chunk[0..<count]))), on: channel)
             }
         }
-        try await write(.end(nil))
+        try await write(.end(nil), on: channel)
     }
 
     /// The next part of the response, `nil` after its end. Cancelling the waiting task closes the circuit.

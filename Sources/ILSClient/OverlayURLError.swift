@@ -15,6 +15,8 @@ import FoundationNetworking
 /// |--------------------------|-------------------------------|----------------------------------------------------|
 /// | `controller_unreachable` | `.cannotConnectToHost`        | no connection to the controller                    |
 /// | `identity_blocked`       | `.userAuthenticationRequired` | the identity is revoked, disabled or deleted       |
+/// | `identity_expired`       | `.userAuthenticationRequired` | its certificate expired before it renewed: enroll  |
+/// |                          |                               | again with a new token from the admin              |
 /// | `unknown_service`        | `.cannotFindHost`             | no such service                                    |
 /// | `dial_denied`, ...       | `.resourceUnavailable`        | policy refuses this identity the service           |
 /// | `service_unavailable`    | `.cannotConnectToHost`        | no gateway hosts the service now                   |
@@ -37,7 +39,7 @@ public enum OverlayURLError {
     static func urlErrorCode(for code: String) -> URLError.Code {
         switch code {
         case "controller_unreachable", "service_unavailable": .cannotConnectToHost
-        case "identity_blocked": .userAuthenticationRequired
+        case "identity_blocked", "identity_expired": .userAuthenticationRequired
         case "unknown_service": .cannotFindHost
         case "timed_out": .timedOut
         case "truncated", "closed", "not_resumed": .networkConnectionLost

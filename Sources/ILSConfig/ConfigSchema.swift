@@ -56,6 +56,7 @@ extension ConfigKey {
     public static let resumeGrace = ConfigKey("resume-grace")
     public static let resumeBuffer = ConfigKey("resume-buffer")
     public static let resumeTotal = ConfigKey("resume-total")
+    public static let resumePerIdentity = ConfigKey("resume-per-identity")
 }
 
 extension ConfigSchema {
@@ -78,13 +79,16 @@ extension ConfigSchema {
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
             .clientAuth, .policyGrace, .hstsMaxAge, .resumeGrace, .resumeBuffer, .resumeTotal,
+            .resumePerIdentity,
         ] + connectionLimits + keepalives + observability
     )
 
     /// `ils-gateway tunnel`.
     public static let tunnel = ConfigSchema(
         command: "tunnel",
-        keys: [.identity, .service, .listen, .allowRemote, .allowedHosts, .allowOrigins, .resumeGrace] + keepalives
+        keys: [
+            .identity, .service, .listen, .allowRemote, .allowedHosts, .allowOrigins, .resumeGrace, .idleTimeout,
+        ] + keepalives
             + observability
     )
 }

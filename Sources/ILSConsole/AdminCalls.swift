@@ -24,73 +24,80 @@ public struct AdminCalls: Sendable {
     }
 
     func identities() async throws(ILSError) -> [IdentityRecord] {
-        try await client.call(.GET, "/v1/admin/identities")
+        try await client.call(ControllerRoutes.identities)
     }
 
     func createIdentity(_ request: ControllerAPI.CreateIdentityRequest) async throws(ILSError)
         -> ControllerAPI.TokenResponse
     {
         try IdentityName.validate(request.name)
-        return try await client.call(.POST, "/v1/admin/identities", body: request)
+        return try await client.call(ControllerRoutes.createIdentity, body: request)
     }
 
     /// revoke, disable or enable.
     func changeState(_ name: String, _ verb: StateVerb) async throws(ILSError) -> IdentityRecord {
         try IdentityName.validate(name)
-        return try await client.call(.POST, "/v1/admin/identities/\(name)/\(verb.rawValue)")
+        return try await client.call(verb.route, name: name)
     }
 
     func deleteIdentity(_ name: String) async throws(ILSError) {
         try IdentityName.validate(name)
-        let _: [String: String] = try await client.call(.DELETE, "/v1/admin/identities/\(name)")
+        _ = try await client.call(ControllerRoutes.deleteIdentity, name: name)
     }
 
     func reissue(_ name: String, lifetime: Int64) async throws(ILSError) -> ControllerAPI.TokenResponse {
         try IdentityName.validate(name)
         return try await client.call(
-            .POST,
-            "/v1/admin/identities/\(name)/reissue",
+            ControllerRoutes.reissueIdentity,
+            name: name,
             body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
         )
     }
 
-    /// Every controller's answer to `path` (the sessions and the services' hosts live in each controller's memory).
-    func everyController<Value: Decodable & Sendable>(_ path: String, as type: Value.Type) async throws(ILSError)
+    /// Every controller's answer to `route` (the sessions and the services' hosts live in each controller's memory).
+    func everyController<Value: Decodable & Sendable>(_ route: ControllerRoute<NoBody, Value>) async throws(ILSError)
         -> ClusterCalls.Gathered<Value>
     {
-        try await ClusterCalls.gather(client, path, as: type)
+        try await ClusterCalls.gather(client, route)
     }
 
     func createService(_ request: ControllerAPI.ServiceRequest) async throws(ILSError) {
         try IdentityName.validate(request.name ?? "")
-        let _: ControllerAPI.ServiceInfo = try await client.call(.POST, "/v1/admin/services", body: request)
+        _ = try await client.call(ControllerRoutes.createService, body: request)
     }
 
     func service(_ name: String) async throws(ILSError) -> ControllerAPI.ServiceInfo {
         try IdentityName.validate(name)
-        return try await client.call(.GET, "/v1/admin/services/\(name)")
+        return try await client.call(ControllerRoutes.service, name: name)
     }
 
     func updateService(_ name: String, _ request: ControllerAPI.ServiceRequest) async throws(ILSError) {
         try IdentityName.validate(name)
-        let _: ControllerAPI.ServiceInfo = try await client.call(.PUT, "/v1/admin/services/\(name)", body: request)
+        _ = try await client.call(ControllerRoutes.updateService, name: name, body: request)
     }
 
     func deleteService(_ name: String) async throws(ILSError) {
         try IdentityName.validate(name)
-        let _: [String: String] = try await client.call(.DELETE, "/v1/admin/services/\(name)")
+        _ = try await client.call(ControllerRoutes.deleteService, name: name)
     }
 
     func audit(before: Int64?, limit: Int, filter: ControllerAPI.AuditFilter) async throws(ILSError)
         -> ControllerAPI.AuditPage
     {
-        var path = "/v1/admin/audit?limit=\(limit)"
-        if let before { path += "&before=\(before)" }
-        path += filter.queryParameters
-        return try await client.call(.GET, path)
+        var query = [("limit", "\(limit)")]
+        if let before { query.append(("before", "\(before)")) }
+        return try await client.call(ControllerRoutes.audit, query: query + filter.queryItems)
     }
 
     enum StateVerb: String, Sendable {
         case revoke, disable, enable
+
+        var route: ControllerRoute<NoBody, IdentityRecord> {
+            switch self {
+            case .revoke: ControllerRoutes.revokeIdentity
+            case .disable: ControllerRoutes.disableIdentity
+            case .enable: ControllerRoutes.enableIdentity
+            }
+        }
     }
 }

@@ -33,10 +33,10 @@ extension ConsolePages {
     }
 
     /// Every controller's answer, and one sentence per controller that gave none.
-    private func gather<Value: Decodable & Sendable>(_ path: String, as type: Value.Type) async throws(ILSError)
+    private func gather<Value: Decodable & Sendable>(_ route: ControllerRoute<NoBody, Value>) async throws(ILSError)
         -> (answered: [(controller: ControllerAddress, value: Value)], partial: [String], controllers: Int)
     {
-        let gathered = try await calls.everyController(path, as: type)
+        let gathered = try await calls.everyController(route)
         let partial = gathered.failed.map { controller, error in
             "Controller \(controller) did not answer, so what it holds is not listed: \(error.reason)"
         }
@@ -47,7 +47,7 @@ extension ConsolePages {
         var values: [String: Any] = [:]
         var error: String?
         do throws(ILSError) {
-            let gathered = try await gather("/v1/admin/sessions", as: [ControllerAPI.Session].self)
+            let gathered = try await gather(ControllerRoutes.sessions)
             let listed = gathered.answered.flatMap { controller, sessions in sessions.map { ($0, controller) } }
             values["rows"] = listed.map { session, controller -> [String: Any] in
                 [
@@ -67,7 +67,7 @@ extension ConsolePages {
 
     /// Every service once (`ClusterCalls.mergeServices`: the newest policies, every controller's hosts).
     private func services() async throws(ILSError) -> (services: [ControllerAPI.ServiceInfo], partial: [String]) {
-        let gathered = try await gather("/v1/admin/services", as: [ControllerAPI.ServiceInfo].self)
+        let gathered = try await gather(ControllerRoutes.services)
         return (ClusterCalls.mergeServices(gathered.answered.map(\.value)), gathered.partial)
     }
 

@@ -67,8 +67,9 @@ struct ControllerOverlay: Sendable {
         }
     }
 
-    /// A device connection: HTTP/2 server; each stream is a circuit request.
-    func configureDevice(_ channel: any Channel) throws {
+    /// A device connection: HTTP/2 server; each stream is a circuit request, which may bring up to `earlyData`
+    /// bytes of its first DATA before its answer (`ils-dial/2`).
+    func configureDevice(_ channel: any Channel, earlyData: Int = 0) throws {
         let device: IdentityRecord
         do {
             device = try identity(of: channel, purpose: "dialing a service")
@@ -94,7 +95,10 @@ struct ControllerOverlay: Sendable {
             // keep the fabric's default, since every device's circuits to a service share them.
             maxConcurrentStreams: relay.circuitLimiter.limits.concurrent
         ) {
-            CircuitAcceptor(answerHeaders: { Self.clusterHeader(roster) }) { service, headers, stream in
+            CircuitAcceptor(earlyData: earlyData, answerHeaders: { Self.clusterHeader(roster) }) {
+                service,
+                headers,
+                stream in
                 relay.dial(
                     service: service,
                     device: device,

@@ -50,14 +50,23 @@ struct ControllerRouter: Sendable {
         return response
     }
 
+    /// Matches the request against the route table (`ControllerEndpoint`, the one declaration of every path).
     private func route(_ request: APIRequest) async throws(ILSError) -> APIResponse {
-        let segments = request.path.split(separator: "/").map(String.init)
-        switch (request.method, segments.joined(separator: "/")) {
-        case (.GET, "v1/health"):
+        guard let (endpoint, name) = ControllerEndpoint.match(method: request.method.rawValue, path: request.path)
+        else {
+            if request.path.split(separator: "/").starts(with: ControllerEndpoint.adminPrefix) {
+                // As before the table: who may not use the admin API learns nothing of which paths it has.
+                _ = try await controller.authenticateAdmin(certificateDER: request.clientCertificate)
+                throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
+            }
+            throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")
+        }
+        switch endpoint {
+        case .health:
             return try Self.json(["status": "ok"])
-        case (.GET, "v1/enroll/info"):
+        case .enrollInfo:
             return try Self.json(controller.enrollInfo)
-        case (.POST, "v1/enroll"):
+        case .enroll:
             let body = try Self.decode(ControllerAPI.EnrollRequest.self, request.body)
             do throws(ILSError) {
                 let response = try await controller.enroll(body, now: Int64(Date().timeIntervalSince1970))
@@ -78,7 +87,7 @@ struct ControllerRouter: Sendable {
                 )
                 throw error
             }
-        case (.POST, "v1/renew"):
+        case .renew:
             let body = try Self.decode(ControllerAPI.RenewRequest.self, request.body)
             let response = try await controller.renew(
                 body,
@@ -87,7 +96,7 @@ struct ControllerRouter: Sendable {
             )
             logger.info("renewed", metadata: ["identity": "\(response.identity.name)"])
             return try Self.json(response)
-        case (.GET, "v1/controllers"):
+        case .controllers:
             // Any active identity may ask which controllers share this one's store (devices and gateways fail over
             // along it; `status` shows it).
             guard let certificate = request.clientCertificate else {
@@ -100,7 +109,7 @@ struct ControllerRouter: Sendable {
                 purpose: "the list"
             )
             return try Self.json(try await controller.controllers())
-        case (.GET, "v1/whoami"):
+        case .whoami:
             // Any enrolled, active identity may ask how the controller sees it (ils-gateway status).
             guard let certificate = request.clientCertificate else {
                 throw ILSError(.permissionDenied, "no client certificate was presented")
@@ -113,48 +122,50 @@ struct ControllerRouter: Sendable {
                     purpose: "status"
                 )
             )
-        case (_, _) where segments.starts(with: ["v1", "admin"]):
+        case .identities, .createIdentity, .identity, .deleteIdentity, .identityAttributes, .revokeIdentity,
+            .disableIdentity, .enableIdentity, .reissueIdentity, .services, .service, .createService, .updateService,
+            .deleteService, .sessions, .audit, .clusterJoin:
             let admin = try await controller.authenticateAdmin(certificateDER: request.clientCertificate)
             let outcome: Result<APIResponse, ILSError>
             do throws(ILSError) {
-                outcome = .success(try await routeAdmin(request, Array(segments.dropFirst(2)), actor: admin.name))
+                outcome = .success(try await routeAdmin(request, endpoint, name: name ?? "", actor: admin.name))
             } catch {
                 outcome = .failure(error)
             }
             // A change is answered once what it pushed to the gateways linked here (a narrowed grant, a block list)
             // is written to their connections, not only queued on an event loop: a request the admin sends next
-            // cannot get to a gateway before it (docs/architecture.md "A narrowing fails closed").
+            // cannot get to a gateway before it (docs/design/cluster.md "A narrowing fails closed").
             if request.method != .GET { await live.delivered() }
             return try outcome.get()
-        default:
-            throw ILSError(.notFound, "no such API endpoint: \(request.method) \(request.path.prefix(100))")
         }
     }
 
-    private func routeAdmin(_ request: APIRequest, _ path: [String], actor: String) async throws(ILSError)
-        -> APIResponse
-    {
-        let name = path.count >= 2 ? path[1] : ""
+    private func routeAdmin(
+        _ request: APIRequest,
+        _ endpoint: ControllerEndpoint,
+        name: String,
+        actor: String
+    ) async throws(ILSError) -> APIResponse {
         // A service's name is checked before it is looked up or repeated in an answer.
-        if path.first == "services", path.count >= 2 { try IdentityName.validate(name) }
-        switch (request.method, path.first ?? "", path.count, path.last ?? "") {
-        case (.GET, "identities", 1, _):
+        if [.service, .updateService, .deleteService].contains(endpoint) { try IdentityName.validate(name) }
+        switch endpoint {
+        case .identities:
             return try Self.json(try await controller.state.store.identities())
-        case (.POST, "identities", 1, _):
+        case .createIdentity:
             let body = try Self.decode(ControllerAPI.CreateIdentityRequest.self, request.body)
             let created = try await controller.createIdentity(body, actor: actor)
             // A policy may match the new identity: gateways learn the grants that now hold it.
             enforcement.enforce()
             return try Self.json(created, status: .created)
-        case (.GET, "identities", 2, _):
+        case .identity:
             return try Self.json(try await controller.identity(named: name))
-        case (.DELETE, "identities", 2, _):
+        case .deleteIdentity:
             let doomed = try await controller.deleteIdentity(named: name, actor: actor)
             // Like a revocation: its connections end now (the relay also re-checks every circuit against the store).
             live.close(identityID: doomed.id)
             enforcement.enforce()
             return try Self.json(["deleted": name])
-        case (.PUT, "identities", 3, "attributes"):
+        case .identityAttributes:
             let body = try Self.decode(ControllerAPI.AttributesRequest.self, request.body)
             let record = try await controller.updateAttributes(named: name, attributes: body.attributes, actor: actor)
             // Before answering, like a revocation: circuits the new attributes no longer allow end here and at every
@@ -162,22 +173,22 @@ struct ControllerRouter: Sendable {
             enforcement.enforce()
             logger.notice("identity attributes changed", metadata: ["identity": "\(name)", "actor": "\(actor)"])
             return try Self.json(record)
-        case (.GET, "services", 1, _):
+        case .services:
             let hosting = relay.hosting()
             let services = try await controller.state.store.services()
             return try Self.json(services.map { controller.serviceInfo($0, hosts: hosting[$0.name] ?? []) })
-        case (.GET, "services", 2, _):
+        case .service:
             guard let service = try await controller.state.store.service(named: name) else {
                 throw ILSError(.notFound, "no service named '\(name)'")
             }
             return try Self.json(controller.serviceInfo(service, hosts: relay.hosting()[name] ?? [], dialers: true))
-        case (.POST, "services", 1, _):
+        case .createService:
             let body = try Self.decode(ControllerAPI.ServiceRequest.self, request.body)
             let service = try await controller.createService(body, actor: actor)
             enforcement.enforce(service)
             logger.notice("service created", metadata: ["service": "\(service.name)", "actor": "\(actor)"])
             return try Self.json(controller.serviceInfo(service, hosts: []), status: .created)
-        case (.PUT, "services", 2, _):
+        case .updateService:
             let body = try Self.decode(ControllerAPI.ServiceRequest.self, request.body)
             let service = try await controller.updateService(named: name, body, actor: actor)
             // Before answering: a device the new policy leaves out loses its live circuits to the service now.
@@ -187,13 +198,13 @@ struct ControllerRouter: Sendable {
                 metadata: ["service": "\(name)", "revision": "\(service.revision)", "actor": "\(actor)"]
             )
             return try Self.json(controller.serviceInfo(service, hosts: relay.hosting()[name] ?? []))
-        case (.DELETE, "services", 2, _):
+        case .deleteService:
             _ = try await controller.deleteService(named: name, actor: actor)
             enforcement.enforce(removed: [name])
             return try Self.json(["deleted": name])
-        case (.POST, "identities", 3, "revoke"), (.POST, "identities", 3, "disable"),
-            (.POST, "identities", 3, "enable"):
-            let target: IdentityState = path[2] == "revoke" ? .revoked : path[2] == "disable" ? .disabled : .active
+        case .revokeIdentity, .disableIdentity, .enableIdentity:
+            let target: IdentityState =
+                endpoint == .revokeIdentity ? .revoked : endpoint == .disableIdentity ? .disabled : .active
             let change = try await controller.changeState(name: name, to: target, actor: actor)
             let record = change.record
             // Before answering: end the identity's live connections (and so its circuits) here, and tell every
@@ -218,16 +229,16 @@ struct ControllerRouter: Sendable {
                     + "it, but the store could not save the change (is its disk full?); this controller retries and "
                     + "keeps the block until it restarts: run the command again once the store can be written"
             )
-        case (.GET, "sessions", 1, _):
+        case .sessions:
             return try Self.json(relay.sessions())
-        case (.POST, "identities", 3, "reissue"):
+        case .reissueIdentity:
             let body = try Self.decode(ControllerAPI.ReissueRequest.self, request.body)
             return try Self.json(
                 try await controller.reissue(name: name, lifetime: body.tokenLifetimeSeconds, actor: actor)
             )
-        case (.GET, "audit", 1, _):
+        case .audit:
             return try Self.json(try await auditPage(request.query))
-        case (.POST, "cluster", 2, "join"):
+        case .clusterJoin:
             let body = try Self.decode(ControllerAPI.JoinRequest.self, request.body)
             let response = try await controller.join(body, actor: actor)
             logger.notice(
@@ -235,7 +246,8 @@ struct ControllerRouter: Sendable {
                 metadata: ["address": "\(body.address.prefix(200))", "actor": "\(actor)"]
             )
             return try Self.json(response)
-        default:
+        case .health, .enrollInfo, .enroll, .renew, .controllers, .whoami:
+            // `route` answers these itself; were one sent here, it is no admin endpoint.
             throw ILSError(.notFound, "no such admin endpoint: \(request.method) \(request.path.prefix(100))")
         }
     }

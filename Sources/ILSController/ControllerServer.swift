@@ -133,8 +133,9 @@ public final class ControllerServer: Service, Sendable {
                 .ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .rsaPssRsaeSha256, .rsaPssRsaeSha384,
                 .rsaPkcs1Sha256,
             ]
+            // A device of this release offers `ils-dial/2` then `/1`; the server's order decides, so it gets `/2`.
             configuration.applicationProtocols = [
-                FabricProtocol.dialALPN, FabricProtocol.hostALPN, FabricProtocol.apiALPN,
+                FabricProtocol.dialEarlyALPN, FabricProtocol.dialALPN, FabricProtocol.hostALPN, FabricProtocol.apiALPN,
             ]
             tlsContext = try NIOSSLContext(configuration: configuration)
         } catch {
@@ -199,7 +200,7 @@ public final class ControllerServer: Service, Sendable {
                 }
                 // Relayed circuits carry small interactive records (an SSE event, a request head): Nagle would hold
                 // each behind the previous one's ACK.
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.writeBufferWaterMark, value: WriteBuffers.overlayConnection)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
@@ -213,6 +214,10 @@ public final class ControllerServer: Service, Sendable {
                                 switch result {
                                 case .negotiated(FabricProtocol.dialALPN):
                                     return overlay.afterLearning(channel) { try overlay.configureDevice(channel) }
+                                case .negotiated(FabricProtocol.dialEarlyALPN):
+                                    return overlay.afterLearning(channel) {
+                                        try overlay.configureDevice(channel, earlyData: CircuitAcceptor.earlyDataLimit)
+                                    }
                                 case .negotiated(FabricProtocol.hostALPN):
                                     return overlay.afterLearning(channel) { try overlay.configureGateway(channel) }
                                 default:

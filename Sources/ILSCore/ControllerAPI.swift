@@ -236,30 +236,18 @@ public enum ControllerAPI {
         /// The prefix `action` names when it ends in ".".
         public var actionPrefix: String? { action.flatMap { $0.hasSuffix(".") ? $0 : nil } }
 
+        /// The set fields as query items (`ControllerClient.call`'s `query`).
+        public var queryItems: [(String, String)] {
+            [("actor", actor), ("action", action), ("target", target)].compactMap { name, value in
+                value.map { (name, $0) }
+            }
+        }
+
         /// The set fields as query parameters, each starting with "&" (`&action=identity.revoke`), percent-encoded
         /// but for RFC 3986's unreserved characters. Empty when nothing is set.
         public var queryParameters: String {
-            var query = ""
-            for (name, value) in [("actor", actor), ("action", action), ("target", target)] {
-                guard let value else { continue }
-                query += "&\(name)="
-                for byte in value.utf8 {
-                    switch byte {
-                    case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                        UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                        UInt8(ascii: "~"):
-                        query.unicodeScalars.append(Unicode.Scalar(byte))
-                    default:
-                        query.unicodeScalars.append("%")
-                        query.unicodeScalars.append(Self.hexDigits[Int(byte >> 4)])
-                        query.unicodeScalars.append(Self.hexDigits[Int(byte & 0xF)])
-                    }
-                }
-            }
-            return query
+            queryItems.map { "&\($0)=\(ControllerEndpoint.percentEncoded($1))" }.joined()
         }
-
-        private static let hexDigits = Array("0123456789ABCDEF".unicodeScalars)
 
         /// The filter a query string names; `.invalidArgument` for an empty, over-long or control-character value.
         public init(query: [String: String]) throws(ILSError) {

@@ -11,19 +11,22 @@ public enum EnrollmentRefusal: String, Sendable, CaseIterable {
     case caMismatch = "token_ca_mismatch"
     case badProof = "enroll_proof"
 
-    public var exitCode: Int32 {
+    /// Its code, with its own exit status (`ILSError.Code`, 80-88).
+    public var code: ILSError.Code {
         switch self {
-        case .malformedToken: 80
-        case .unsupportedAlgorithm: 81
-        case .badSignature: 82
-        case .expired: 83
-        case .used: 84
-        case .unknown: 85
-        case .wrongIssuer: 86
-        case .caMismatch: 87
-        case .badProof: 88
+        case .malformedToken: .tokenMalformed
+        case .unsupportedAlgorithm: .tokenAlgorithm
+        case .badSignature: .tokenSignature
+        case .expired: .tokenExpired
+        case .used: .tokenUsed
+        case .unknown: .tokenUnknown
+        case .wrongIssuer: .tokenIssuer
+        case .caMismatch: .tokenCAMismatch
+        case .badProof: .enrollProof
         }
     }
+
+    public var exitCode: Int32 { code.exitCode }
 
     /// One sentence for a person: what happened and what to do.
     public var reason: String {
@@ -42,6 +45,6 @@ public enum EnrollmentRefusal: String, Sendable, CaseIterable {
     }
 
     public var error: ILSError {
-        ILSError(ILSError.Code(rawValue, exitCode: exitCode), reason)
+        ILSError(code, reason)
     }
 }

@@ -1,7 +1,7 @@
 /// A human-written span of time such as `30s`, `15m`, `24h`, `7d` or `250ms`.
 ///
 /// Every duration on the command line and in configuration files is read through this type, so the CLI speaks one
-/// dialect everywhere (the CLI contract in docs/architecture.md).
+/// dialect everywhere (the CLI contract in ../shared/DESIGN.md).
 public struct TimeSpan: Hashable, Sendable, CustomStringConvertible {
     /// The span in nanoseconds; never negative.
     public let nanoseconds: Int64

@@ -1,8 +1,8 @@
 // The one file of the project that imports a module swift-crypto does not offer as a product: `CCryptoBoringSSL`, the
 // BoringSSL swift-crypto builds on Linux. Its AEAD seals straight into the record being framed and opens straight
 // into the plaintext buffer; swift-crypto's public `AES.GCM` API returns a sealed box and a `Data` instead, and its
-// copies in and out cost several times the CPU of the AEAD itself (`ils-bench aead`; docs/architecture.md, "The one
-// private API"). What keeps this exception honest:
+// copies in and out cost several times the CPU of the AEAD itself (`ils-bench aead`; docs/design/private-api.md).
+// What keeps this exception honest:
 // - `AEADPathTests` fails a Linux build that silently lost this path (a renamed module would make `canImport` false);
 // - `AESGCMBackendTests` checks both paths give and accept the same bytes;
 // - swift-crypto is pinned to 4.5.x in Package.swift, and `deploy/check-private-api.sh` (CI) fails on any other import

@@ -63,7 +63,7 @@ public enum E2EHandshake {
     }
 
     static func failure(_ reason: String) -> ILSError {
-        ILSError(ILSError.Code("e2e_handshake_failed", exitCode: 70), "end-to-end handshake failed: \(reason)")
+        ILSError(.e2eHandshakeFailed, "end-to-end handshake failed: \(reason)")
     }
 
     /// Checks a peer certificate ourselves: issued by our CA (signature), currently valid, an identity certificate.

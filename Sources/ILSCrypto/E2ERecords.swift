@@ -59,7 +59,7 @@ public enum E2ERecord {
 
     /// The refusal for a record that fails authentication (altered, reordered, replayed, after FINAL).
     public static let invalidRecord = ILSError(
-        ILSError.Code("e2e_record_invalid", exitCode: 70),
+        .e2eRecordInvalid,
         "an end-to-end record failed authentication; the circuit was tampered with and is closed"
     )
 }

@@ -13,9 +13,10 @@ public enum CircuitRecordsEvent: Sendable {
     case peerFinished
 }
 
-/// How much a resumable circuit may keep of its own records that the peer has not acknowledged: per circuit, and
-/// across every circuit of the process (`RetentionBudget`). A circuit at its bound stops being writable, so the proxy
-/// or the app stops reading what would fill it (the backend's answer, an upload): memory is never unbounded.
+/// How much a resumable circuit may keep of its own records that the peer has not acknowledged: per circuit, per
+/// identity at the far end, and across every held circuit of the process (`RetentionBudget`). A circuit at its bound
+/// stops being writable, so the proxy or the app stops reading what would fill it (the backend's answer, an upload):
+/// memory is never unbounded.
 public struct CircuitRetention: Sendable {
     /// How long a circuit whose path is lost is held for a new one. 0 ends it with the path, as before resumption.
     public var grace: TimeAmount
@@ -26,19 +27,38 @@ public struct CircuitRetention: Sendable {
     /// within seconds to minutes. A held circuit keeps its backend request (and its cost) going that long for a
     /// device that may not come back. docs/operations.md, "Resumption".
     public static let defaultGrace: TimeAmount = .seconds(60)
-    public static let defaultPerCircuit = 1024 * 1024
+    /// 3 MiB: what is kept is also the circuit's window, and a record's ACK comes back through three processes (the
+    /// device, the relay, the gateway), where suite 4's HTTP/2 windows are given back hop by hop. At 1 MiB a bulk
+    /// download through a loaded 2-core machine ran at 0.88–0.93 of suite 4's, at 4 MiB 0.95–0.97
+    /// (docs/benchmarks.md). Below `maximumPerCircuit` by 1 MiB: a write that reaches the bound goes on whole, and
+    /// the proxy's writes can be two records (a body part and its chunk framing), while a receiver takes at most 4 MiB
+    /// and one record. A device's circuits share `defaultPerIdentity` beyond `minimumPerCircuit` each.
+    public static let defaultPerCircuit = 3 * 1024 * 1024
+    /// The least a circuit keeps: 2.5 times what makes a receiver owe an ACK by bytes (`InboundRecords.owedAfterBytes`,
+    /// 256 KiB). What is kept is counted as memory, each record at its buffer (NIO rounds it up to a power of two, so
+    /// up to twice its bytes) plus `recordOverhead`: at this bound the receiver has 256 KiB, and owes an ACK (at most
+    /// 10 ms later) before the sender stops, for records of 256 bytes and more; smaller ones make it owed by their
+    /// count. A sender that stops first waits for the receiver's ACK of last resort, 1 s later, at every fill (with
+    /// 64 KiB a download went at 64 KiB a second, measured; 512 KiB would stall records of 32,748–32,767 bytes). An
+    /// ACK due at once (`InboundRecords.ackEveryBytes`, 768 KiB) needs a bound of about twice that: the default's.
+    public static let minimumPerCircuit = 5 * InboundRecords.owedAfterBytes / 2
     /// The most any end may keep unacknowledged per circuit (a protocol constant: a receiver refuses a peer that
     /// sends more than this ahead of its ACKs, docs/protocol.md).
     public static let maximumPerCircuit = 4 * 1024 * 1024
     public static let defaultTotal = 256 * 1024 * 1024
+    /// 32 MiB: what the circuits of one identity keep beyond `minimumPerCircuit` each, eight bulk transfers at the
+    /// default bound. Without it a device with its circuits' cap open (`controller run --max-circuits-per-identity`)
+    /// could make a gateway keep that many full bounds.
+    public static let defaultPerIdentity = 32 * 1024 * 1024
 
+    /// `perCircuit` is taken within `minimumPerCircuit`...`maximumPerCircuit`.
     public init(
         grace: TimeAmount = CircuitRetention.defaultGrace,
         perCircuit: Int = CircuitRetention.defaultPerCircuit,
         budget: RetentionBudget = RetentionBudget(limit: CircuitRetention.defaultTotal)
     ) {
         self.grace = grace
-        self.perCircuit = min(perCircuit, Self.maximumPerCircuit)
+        self.perCircuit = min(max(perCircuit, Self.minimumPerCircuit), Self.maximumPerCircuit)
         self.budget = budget
     }
 
@@ -47,22 +67,45 @@ public struct CircuitRetention: Sendable {
     public static let standard = CircuitRetention(budget: sharedBudget)
 }
 
-/// The bytes every circuit of a process keeps for resumption, against one limit.
+/// The bytes the circuits of a process keep for resumption: in all, and by the identity at each circuit's far end.
+///
+/// `limit` bounds held circuits (their path lost): at it they stop reading their sources. `perIdentity` bounds what
+/// one identity's circuits keep beyond `CircuitRetention.minimumPerCircuit` each: a circuit that keeps less than that
+/// is never stopped by its identity, so each circuit can always reach the bytes that make its peer's ACK due (and
+/// the ACK is what lets it go on: no circuit waits on another's). One identity therefore makes a process keep at
+/// most `perIdentity`, or `minimumPerCircuit` per circuit if that is more, plus a write per circuit.
 public final class RetentionBudget: Sendable {
     public let limit: Int
-    private let used = NIOLockedValueBox(0)
+    public let perIdentity: Int
+    private struct Usage {
+        var total = 0
+        /// Only identities that keep something: an entry goes when its bytes come back to 0.
+        var byIdentity: [String: Int] = [:]
+    }
+    private let used = NIOLockedValueBox(Usage())
 
-    public init(limit: Int) {
+    public init(limit: Int, perIdentity: Int = CircuitRetention.defaultPerIdentity) {
         self.limit = limit
+        self.perIdentity = perIdentity
     }
 
-    public var bytes: Int { used.withLockedValue { $0 } }
+    public var bytes: Int { used.withLockedValue { $0.total } }
 
+    /// What the circuits whose far end is `identity` keep.
+    public func bytes(of identity: String) -> Int { used.withLockedValue { $0.byIdentity[identity] ?? 0 } }
+
+    /// How many identities keep something now (the registry's size).
+    public var identities: Int { used.withLockedValue { $0.byIdentity.count } }
+
+    /// Counts `bytes` (negative: given back) for a circuit whose far end is `identity`; returns the totals after.
     @discardableResult
-    func add(_ bytes: Int) -> Int {
-        used.withLockedValue {
-            $0 += bytes
-            return $0
+    func add(_ bytes: Int, identity: String?) -> (total: Int, identity: Int) {
+        used.withLockedValue { used in
+            used.total += bytes
+            guard let identity else { return (used.total, 0) }
+            let kept = used.byIdentity[identity, default: 0] + bytes
+            used.byIdentity[identity] = kept > 0 ? kept : nil
+            return (used.total, kept)
         }
     }
 }
@@ -244,10 +287,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         // writable, so a writer that waits on promises goes no faster than the peer acknowledges.
         retained.append(frame)
         retainedBytes += frame.capacity + Self.recordOverhead
-        retention.budget.add(frame.capacity + Self.recordOverhead)
+        let kept = retention.budget.add(frame.capacity + Self.recordOverhead, identity: peerID)
         // After END_STREAM (the circuit settled) a late record (an ACK) is kept, not written: nothing may follow.
         if !machine.pathOutputEnded { path?.write(frame, promise: nil) }
-        updateWritability()
+        updateWritability(kept: kept)
         if let promise {
             if isWritable {
                 promise.succeed()
@@ -326,20 +369,21 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// its slot in `retained`): counted against the bounds, so a stream of small records (SSE events) cannot keep
     /// several times the configured total. 1,000 held SSE circuits grew a gateway's RSS by 149 MiB against a 64 MiB
     /// total before it was counted (docs/benchmarks.md).
-    static let recordOverhead = 128
+    package static let recordOverhead = 128
 
     /// The peer has opened `count` of our records: drop those from what is kept.
     private func acknowledge(_ count: UInt64, endPath: Bool = true) {
         guard count > firstRetained else { return }
         let drop = Int(min(count - firstRetained, UInt64(retained.count)))
+        var freed = 0
         for _ in 0..<drop {
-            let frame = retained.removeFirst()
-            retainedBytes -= frame.capacity + Self.recordOverhead
-            retention.budget.add(-(frame.capacity + Self.recordOverhead))
+            freed += retained.removeFirst().capacity + Self.recordOverhead
         }
+        retainedBytes -= freed
+        let kept = retention.budget.add(-freed, identity: peerID)
         firstRetained += UInt64(drop)
         if let sent = sentAtOutputEnd, count >= sent { machine.outputWasAcknowledged() }
-        updateWritability()
+        updateWritability(kept: kept)
         if endPath { endPathIfDue() }
     }
 
@@ -349,15 +393,26 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         path.close(mode: .output, promise: nil)
     }
 
-    /// Writable while the path is, and while what is kept is under the circuit's bound; a held circuit (no path)
-    /// also stops at the process's total (`RetentionBudget`). The total bounds only held circuits: an attached
-    /// circuit's keeping is its records in flight, drained by the device's ACKs and bounded per circuit like an
-    /// HTTP/2 window, and one device's held circuits filling the budget must not stall everyone else's answers.
-    private func updateWritability() {
+    /// Writable while the path is, and while what is kept is under the circuit's bound and, past
+    /// `minimumPerCircuit`, under its identity's (`RetentionBudget.perIdentity`); a held circuit (no path) also stops
+    /// at the process's total. The total bounds only held circuits: an attached circuit's keeping is its records in
+    /// flight, drained by the device's ACKs like an HTTP/2 window, and one device's held circuits filling the budget
+    /// must not stall everyone else's answers. No circuit needs another's ACK to go on: one stopped by its identity
+    /// keeps at least `minimumPerCircuit`, so its own peer owes it an ACK, and that ACK brings it here again.
+    /// `kept`: the budget's totals as the caller just changed them, else they are read.
+    private func updateWritability(kept: (total: Int, identity: Int)? = nil) {
         var writable = counting && (path?.isWritable ?? isHeld)
-        if machine.resumable {
-            if retainedBytes >= retention.perCircuit || (isHeld && retention.budget.bytes >= retention.budget.limit) {
+        if machine.resumable, writable {
+            if retainedBytes >= retention.perCircuit {
                 writable = false
+            } else if retainedBytes >= CircuitRetention.minimumPerCircuit || isHeld {
+                let budget = retention.budget
+                let (total, identity) = kept ?? (budget.bytes, peerID.map(budget.bytes(of:)) ?? 0)
+                if retainedBytes >= CircuitRetention.minimumPerCircuit, identity >= budget.perIdentity {
+                    writable = false
+                } else if isHeld, total >= budget.limit {
+                    writable = false
+                }
             }
         }
         let changed = flags.withLockedValue { flags -> Bool in
@@ -451,7 +506,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         guard isActive else { return "the circuit is not held" }
         let now = NIODeadline.now()
         if case .refuse(let reason) = machine.resumeVerdict(attempt: attempt, now: now) { return reason }
-        guard peerReceived >= firstRetained, peerReceived <= firstRetained + UInt64(retained.count) else {
+        guard peerReceived >= firstRetained else {
+            return "the resumption names fewer records than this end's peer acknowledged"
+        }
+        guard peerReceived <= firstRetained + UInt64(retained.count) else {
             return "the resumption names records this end never sent"
         }
         guard machine.resumeAccepted(attempt: attempt, now: now) else { return "the circuit is not held" }
@@ -508,8 +566,11 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         endPathIfDue()
     }
 
-    /// How long a path ended cleanly at the circuit's close waits for the peer's END_STREAM before it is reset.
+    /// How long a path ended cleanly at the circuit's close waits for the peer's END_STREAM before it is reset: 10 s
+    /// of silence from the peer (its ACKs of the last records keep it going), 5 minutes at most
+    /// (`CircuitPathHandler.linger`). Also how long a reset waits for the last write to leave.
     static let lingerTimeout: TimeAmount = .seconds(10)
+    static let lingerLimit: TimeAmount = .minutes(5)
 
     private func finish(promise: EventLoopPromise<Void>?) {
         let action = path == nil ? .reset : machine.closing()
@@ -519,7 +580,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             $0.active = false
             $0.held = false
         }
-        retention.budget.add(-retainedBytes)
+        retention.budget.add(-retainedBytes, identity: peerID)
         retained.removeAll()
         retainedBytes = 0
         let waiting = waitingForWritability
@@ -530,12 +591,12 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             path.detach()
             switch action {
             case .reset:
-                path.close(mode: .all, promise: nil)
+                path.reset(within: Self.lingerTimeout)
             case .end(let sendEndStream):
                 // Both directions ended: the path ends cleanly, so the peer gets what is still on its way (our
                 // FINAL, our ACK of its own) and no reset it would take for a lost path.
                 if sendEndStream { path.close(mode: .output, promise: nil) }
-                path.linger(Self.lingerTimeout)
+                path.linger(silence: Self.lingerTimeout, limit: Self.lingerLimit)
             }
         }
         promise?.succeed()

@@ -51,10 +51,18 @@ public final class CircuitDialer: ChannelInboundHandler, RemovableChannelHandler
             context.fireChannelRead(data)
             return
         }
-        guard case .headers(let answer) = unwrapInboundIn(data) else {
+        let payload = unwrapInboundIn(data)
+        switch payload {
+        case .windowUpdate, .priority:
+            // The peer's flow control for what this end sent before the answer (`ils-dial/2`'s ClientHello).
+            return
+        case .headers:
+            break
+        default:
             finish(context, .failure(CircuitRefused(code: "protocol_error", reason: "data before the answer")))
             return
         }
+        guard case .headers(let answer) = payload else { return }
         answered?(answer.headers)
         if answer.headers.first(name: ":status") == "200" {
             waiting = false

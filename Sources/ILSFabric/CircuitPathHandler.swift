@@ -17,6 +17,10 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
     private var context: ChannelHandlerContext?
     private var readHeld = false
     private var lingerTimer: Scheduled<Void>?
+    /// While lingering: how long the peer may stay silent, and when the linger ends whatever the peer sends.
+    private var lingering: (silence: TimeAmount, limit: NIODeadline)?
+    /// The last write handed to the stream: a reset waits for it (`reset(within:)`).
+    private var lastWrite: EventLoopFuture<Void>?
 
     /// Takes the path's first frame instead of the circuit: a resumption's RESUME or RESUMED, which attaches it.
     var onFirstFrame: ((CircuitPathHandler, ByteBuffer) -> Void)?
@@ -56,10 +60,34 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
+        let promise = promise ?? context.eventLoop.makePromise()
+        lastWrite = promise.futureResult
         context.write(wrapOutboundOut(frame), promise: promise)
     }
 
     func flush() { context?.flush() }
+
+    /// Resets the stream once what was written to it has left for the connection, or after `bound` at the latest
+    /// (a peer whose window stays shut must not pin the stream).
+    ///
+    /// Not at once: swift-nio-http2 keeps a stream's DATA in its flow-control buffer while the connection is not
+    /// writable, and a RST_STREAM discards that buffer. A circuit's last records, the CANCEL among them, then never
+    /// reached the peer, which took the reset for a lost path and tried to resume a circuit this end had ended (the
+    /// device reported `not_resumed` instead of `truncated`, and a gateway missed a device's cancel). The stream's
+    /// frames leave in order, so once the last write has, so has everything before it.
+    func reset(within bound: TimeAmount) {
+        guard let context else { return }
+        let channel = context.channel
+        guard let lastWrite else {
+            channel.close(promise: nil)
+            return
+        }
+        let timer = context.eventLoop.assumeIsolated().scheduleTask(in: bound) { channel.close(promise: nil) }
+        lastWrite.whenComplete { _ in
+            timer.cancel()
+            channel.close(promise: nil)
+        }
+    }
 
     func close(mode: CloseMode, promise: EventLoopPromise<Void>?) {
         guard let context else {
@@ -70,11 +98,25 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     /// A path its circuit let go of cleanly (END_STREAM sent): it closes by itself when the peer's END_STREAM
-    /// comes, or is reset after `timeout`, so a peer that never ends its side cannot pin the stream.
-    func linger(_ timeout: TimeAmount) {
+    /// comes, or is reset once the peer has sent nothing for `silence`, and at `limit` after now whatever it sends,
+    /// so a peer that never ends its side cannot pin the stream.
+    ///
+    /// Each frame from the peer starts the silence again. A device takes an answer's last records after the
+    /// gateway's circuit closed (what its window let out, up to the circuit's 3 MiB) and acknowledges them as it
+    /// goes; a fixed 10 s reset the stream under a device still taking them on a loaded machine (as over a slow
+    /// link), the tail was lost, and the device found no circuit to resume (CircuitEndTests, 4 MiB half-closed).
+    func linger(silence: TimeAmount, limit: TimeAmount) {
         guard let context else { return }
+        lingering = (silence, context.eventLoop.now + limit)
+        armLinger(context)
+    }
+
+    private func armLinger(_ context: ChannelHandlerContext) {
+        guard let lingering else { return }
+        lingerTimer?.cancel()
         let channel = context.channel
-        lingerTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { channel.close(promise: nil) }
+        let due = min(context.eventLoop.now + lingering.silence, lingering.limit)
+        lingerTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: due) { channel.close(promise: nil) }
     }
 
     func triggerOutbound(_ event: Any, promise: EventLoopPromise<Void>?) {
@@ -101,6 +143,7 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if lingering != nil { armLinger(context) }
         if let first = onFirstFrame {
             onFirstFrame = nil
             first(self, unwrapInboundIn(data))

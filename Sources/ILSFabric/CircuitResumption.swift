@@ -34,9 +34,10 @@ public final class ResumableCircuits: Sendable {
         return (all.count, all.filter { $0.heldFlag }.count)
     }
 
-    /// Ends every registered circuit (the gateway stops).
-    public func closeAll() {
-        for circuit in circuits.withLockedValue({ Array($0.values) }) { circuit.close(promise: nil) }
+    /// Ends every registered circuit (the gateway stops) with `close`: by default a plain close, which the gateway
+    /// makes an abortive one (`CircuitCloseHandler.abort`) so that no circuit half-closes and lingers on while held.
+    public func closeAll(_ close: (CircuitChannel) -> Void = { $0.close(promise: nil) }) {
+        for circuit in circuits.withLockedValue({ Array($0.values) }) { close(circuit) }
     }
 
     func add(_ circuit: CircuitChannel, id: [UInt8]) {

@@ -224,6 +224,8 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     public func flush(context: ChannelHandlerContext) {
         if case .established(let layer) = state {
             if let (plaintext, promise) = batch.drain() {
+                // An ACK that waits for data goes in the same flush, just before it.
+                if let owed = inbound.takeOwed() { layer.writeAck(owed, to: context, flush: false) }
                 layer.write(plaintext, promise: promise, to: context)
             }
             context.flush()
@@ -341,8 +343,17 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
 
     private func fail(_ context: ChannelHandlerContext, _ error: any Error) {
         end.closing()
-        state = .failed
+        let outputWasOpen = output.isOpen
         dropOutput(error)
+        // Giving up on the circuit (the gateway sent more than it may, or a record that does not open): told under
+        // the circuit's key, as a cancel is, so the gateway stops the backend now instead of holding it for a
+        // resumption that will never come.
+        if outputWasOpen, case .established(let layer) = state, layer.hasCancel {
+            output = .closed
+            layer.writeCancel(to: context, promise: nil)
+            context.flush()
+        }
+        state = .failed
         pending.fail(error)
         context.fireErrorCaught(error)
         context.close(promise: nil)

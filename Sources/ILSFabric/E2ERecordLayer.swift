@@ -14,7 +14,7 @@ package struct E2ERecordLayer {
         self.session = session
     }
 
-    /// Seals `plaintext` as one or more framed records (at most `RecordLimits.maximumPlaintext` each) and hands each
+    /// Seals `plaintext` as one or more framed records (at most `RecordLimits.sealedPlaintext` each) and hands each
     /// to `emit`, the last one with `isLast` set. An empty `plaintext` still makes one record (the FINAL one).
     package func seal(
         _ plaintext: ByteBuffer,
@@ -24,7 +24,7 @@ package struct E2ERecordLayer {
     ) {
         var remaining = plaintext
         repeat {
-            let length = min(remaining.readableBytes, RecordLimits.maximumPlaintext)
+            let length = min(remaining.readableBytes, RecordLimits.sealedPlaintext)
             let chunk = remaining.readSlice(length: length)!
             let isLast = remaining.readableBytes == 0
             let sealedLength = length + E2ERecord.overhead
@@ -75,7 +75,7 @@ package struct E2ERecordLayer {
 
     /// Writes the framed ACK record for `count` through `context` and flushes (only with a resumable suite). An ACK
     /// may follow the direction's FINAL record: the peer's direction can still be sending.
-    package func writeAck(_ count: UInt64, to context: ChannelHandlerContext) {
+    package func writeAck(_ count: UInt64, to context: ChannelHandlerContext, flush: Bool = true) {
         guard session.sender.suite.isResumable else { return }
         let length = E2ERecord.overhead + 8
         var record = context.channel.allocator.buffer(capacity: 4 + length)
@@ -84,7 +84,11 @@ package struct E2ERecordLayer {
             session.sender.sealAck(count, into: UnsafeMutableRawBufferPointer(rebasing: output.prefix(length)))
             return length
         }
-        context.writeAndFlush(NIOAny(record), promise: nil)
+        if flush {
+            context.writeAndFlush(NIOAny(record), promise: nil)
+        } else {
+            context.write(NIOAny(record), promise: nil)
+        }
     }
 
     /// The peer's FINAL was opened: acknowledges it at once with every record before it (`acknowledgeAll`), so the
@@ -175,7 +179,7 @@ package struct RecordBatch {
             // Nothing to seal (an encoder's empty end of message); only a promise needs its place in the order.
             return (nil, promise.map { (buffer, $0) })
         }
-        let waiting = (plaintext?.readableBytes ?? 0) + size > RecordLimits.maximumPlaintext ? drain() : nil
+        let waiting = (plaintext?.readableBytes ?? 0) + size > RecordLimits.sealedPlaintext ? drain() : nil
         if plaintext == nil {
             // Room for a response head and a small body without growing (a growth is a second allocation and copy).
             plaintext = allocator.buffer(capacity: max(size, 4096))
@@ -266,10 +270,27 @@ struct InboundRecords {
     private var pending = false
     private var ackTimer: Scheduled<Void>?
 
-    /// ACK after this many records or bytes handed up, or `ackDelay` after the first one not yet acknowledged.
+    /// An ACK goes at once after `ackEveryBytes` handed up (or `acksPerAck` of the peer's ACKs); it is owed after
+    /// `ackEveryRecords` data records or `owedAfterBytes`, and goes with this end's next data or alone
+    /// `owedAckDelay` later; and `ackDelay` after the first record not yet acknowledged (docs/protocol.md).
     static let ackEveryRecords: UInt64 = 16
-    static let ackEveryBytes = 256 * 1024
+    /// 768 KiB: at 256 KiB (until 2026-12-06) a 256 MiB download made 1,024 ACKs, each a write, a relay hop and a
+    /// wake-up in three processes, and cost 4–10 % of its throughput where CPU bounds it; with 1 MiB the bench's
+    /// download was as fast as suite 4's, with the same CPU (docs/benchmarks.md). Not 1 MiB: a sender of an earlier
+    /// release keeps 1 MiB, counted as the memory its records take, so it stops after 16 full records (1,048,240
+    /// bytes); it gets this ACK at the 13th, before it stops, and waits for no timer.
+    static let ackEveryBytes = 768 * 1024
+    /// 256 KiB: what a sender's bound must let go unacknowledged (protocol.md). A sender that stops between this and
+    /// `ackEveryBytes` (ils's least bound, 640 KiB) waits at most `owedAckDelay` for its ACK, not `ackDelay`.
+    static let owedAfterBytes = 256 * 1024
     static let ackDelay: TimeAmount = .seconds(1)
+    /// An owed ACK waits this long for data of this end's to go with (`takeOwed`): in an exchange of requests and
+    /// answers it then shares their write, TLS record and relay hop instead of costing its own (a keep-alive request
+    /// through a resumable circuit took 6–16 % longer than through one of suite 4). Due by `ackEveryBytes`, or by the
+    /// peer's ACKs, it goes at once: that is what frees the peer's bound.
+    static let owedAckDelay: TimeAmount = .milliseconds(10)
+    /// An ACK is owed (by its record count or `owedAfterBytes`) and waits for data to go with (`owedAckDelay`).
+    private var owed = false
     /// What may wait here: the most a peer may send unacknowledged, plus one record. Each item counts its
     /// plaintext and `itemOverhead`, about what it costs in memory beyond its bytes.
     static let limit = CircuitRetention.maximumPerCircuit + RecordLimits.maximumPlaintext + 64
@@ -296,13 +317,16 @@ struct InboundRecords {
     /// bound and stop it. Every `acksPerAck` of them make an ACK due; that ACK is one the peer counts in turn, so
     /// the exchange shrinks by that factor each way and never ping-pongs.
     mutating func openedAck() {
-        delivered += 1
+        delivered += 1  // numbered, so acknowledged with the rest; never a reason of its own (protocol.md)
         acksUnacknowledged += 1
         if acksUnacknowledged >= Self.acksPerAck { pending = true }
     }
 
     private var acksUnacknowledged = 0
     static let acksPerAck = 32
+    /// Data records handed up since the last ACK: 16 of them make one due. The peer's ACKs are not counted here
+    /// (they were, against protocol.md, so an ACK could make the next one due at a read that carried no data).
+    private var dataUnacknowledged: UInt64 = 0
 
     /// A data record was opened: returns it to hand up now, or nil if it waits.
     mutating func opened(_ plaintext: ByteBuffer, final: Bool) -> Item? {
@@ -329,6 +353,7 @@ struct InboundRecords {
     private mutating func handedUp(_ item: Item) {
         guard case .record(let buffer, _) = item, !allCounted else { return }
         delivered += 1
+        dataUnacknowledged += 1
         unacknowledgedBytes += buffer.readableBytes
         pending = true
     }
@@ -368,21 +393,36 @@ struct InboundRecords {
     /// The count to acknowledge now, if one is due (`layer` resumable); else arms the delayed ACK with `later`.
     mutating func ackDue(resumable: Bool, on eventLoop: any EventLoop, later: @escaping () -> Void) -> UInt64? {
         guard resumable, pending else { return nil }
-        if delivered - acknowledged >= Self.ackEveryRecords || unacknowledgedBytes >= Self.ackEveryBytes {
+        if unacknowledgedBytes >= Self.ackEveryBytes || acksUnacknowledged >= Self.acksPerAck {
             return acknowledgeNow()
+        }
+        if dataUnacknowledged >= Self.ackEveryRecords || unacknowledgedBytes >= Self.owedAfterBytes, !owed {
+            owed = true
+            ackTimer?.cancel()
+            ackTimer = eventLoop.assumeIsolated().scheduleTask(in: Self.owedAckDelay, later)
         }
         if ackTimer == nil { ackTimer = eventLoop.assumeIsolated().scheduleTask(in: Self.ackDelay, later) }
         return nil
+    }
+
+    /// Whether an ACK is owed (it goes with this end's next data, or alone `owedAckDelay` later).
+    var isOwed: Bool { owed }
+
+    /// The ACK that is due and waits for data (`owedAckDelay`), to write just before the data this end flushes.
+    mutating func takeOwed() -> UInt64? {
+        owed ? acknowledgeNow() : nil
     }
 
     /// The count to acknowledge when the delayed ACK fires (nil if nothing new).
     mutating func acknowledgeNow() -> UInt64? {
         ackTimer?.cancel()
         ackTimer = nil
+        owed = false
         guard pending else { return nil }
         pending = false
         acknowledged = delivered
         unacknowledgedBytes = 0
+        dataUnacknowledged = 0
         acksUnacknowledged = 0
         return delivered
     }

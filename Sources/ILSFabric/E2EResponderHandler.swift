@@ -146,7 +146,7 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
 
     /// A peer that sends further ahead of its ACKs than any end may keep (`InboundRecords.limit`).
     static let overflow = ILSError(
-        ILSError.Code("e2e_window_exceeded", exitCode: 70),
+        .e2eWindowExceeded,
         "the device sent more than a circuit may carry unacknowledged; the circuit is closed"
     )
 
@@ -257,6 +257,15 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
                 break
             }
         } catch {
+            // A cut of this end's own (the device sent more than it may unacknowledged, or a record that does not
+            // open): with a resumable suite the device is told under the circuit's key, or it would take the reset
+            // for a lost path and try to resume a circuit this gateway no longer holds (`not_resumed`).
+            if case .established(let layer) = state, layer.isResumable, !outputClosed {
+                outputClosed = true
+                batch.fail(ChannelError.ioOnClosedChannel)
+                layer.writeCancel(to: context, promise: nil)
+                context.flush()
+            }
             end.closing()
             state = .failed
             context.fireErrorCaught(error)
@@ -291,6 +300,8 @@ public final class E2EResponderHandler: ChannelDuplexHandler, RemovableChannelHa
     public func flush(context: ChannelHandlerContext) {
         if case .established(let layer) = state {
             if let (plaintext, promise) = batch.drain() {
+                // An ACK that waits for data goes in the same flush, just before it.
+                if let owed = inbound.takeOwed() { layer.writeAck(owed, to: context, flush: false) }
                 layer.write(plaintext, promise: promise, to: context)
             }
         }

@@ -17,6 +17,11 @@ public struct FabricConnector: Sendable {
     /// - Parameter address: the controller replica to dial; the identity file's `controller` when nil. Any replica
     ///   is trusted the same way: through the identity file's CA, for the host in its own address.
     public init(identity: IdentityFile, alpn: String, address: ControllerAddress? = nil) throws(ILSError) {
+        try self.init(identity: identity, alpns: [alpn], address: address)
+    }
+
+    /// - Parameter alpns: what the connection may be for, in the order this end prefers (the controller chooses).
+    public init(identity: IdentityFile, alpns: [String], address: ControllerAddress? = nil) throws(ILSError) {
         try IdentityValidity.check(identity)
         if let address {
             self.address = address
@@ -35,7 +40,7 @@ public struct FabricConnector: Sendable {
                 try NIOSSLPrivateKey(bytes: Array(identity.privateKey.utf8), format: .pem)
             )
             configuration.signingSignatureAlgorithms = [.ed25519]
-            configuration.applicationProtocols = [alpn]
+            configuration.applicationProtocols = alpns
             sslContext = try NIOSSLContext(configuration: configuration)
         } catch {
             throw ILSError(
@@ -44,10 +49,15 @@ public struct FabricConnector: Sendable {
                 detail: "\(error)"
             )
         }
-        self.alpn = alpn
+        self.alpns = alpns
     }
 
-    private let alpn: String
+    private let alpns: [String]
+
+    /// How long a connection's setup may take, TCP and TLS together, before the connector gives up on that controller
+    /// (and the dialer tries the next one). A controller that accepts TCP but never answers TLS (stopped with
+    /// SIGSTOP, overloaded: its kernel still completes TCP's handshake) held the dialer until TCP itself gave up.
+    public static let setupTimeout: TimeAmount = .seconds(10)
 
     /// Connects on `eventLoop`; after the TLS handshake agreed on our ALPN, `configure` sets up the connection.
     public func connect(
@@ -55,28 +65,54 @@ public struct FabricConnector: Sendable {
         timeout: TimeAmount = .seconds(5),
         configure: @escaping @Sendable (any Channel) throws -> Void
     ) -> EventLoopFuture<any Channel> {
+        connect(on: eventLoop, timeout: timeout) { channel, _ in try configure(channel) }
+    }
+
+    /// Connects on `eventLoop`; after the TLS handshake agreed on one of our ALPNs, `configure` sets up the
+    /// connection, told which. `timeout` bounds TCP's connect, `setupTimeout` the whole setup up to `configure`.
+    public func connect(
+        on eventLoop: any EventLoop,
+        timeout: TimeAmount = .seconds(5),
+        setupTimeout: TimeAmount = FabricConnector.setupTimeout,
+        configure: @escaping @Sendable (any Channel, _ alpn: String) throws -> Void
+    ) -> EventLoopFuture<any Channel> {
         let sslContext = self.sslContext
         let host = address.host
-        let alpn = self.alpn
+        let alpns = self.alpns
         let ready = eventLoop.makePromise(of: Void.self)
+        let expiry = eventLoop.scheduleTask(in: setupTimeout) {
+            ready.fail(
+                ILSError(
+                    .unavailable,
+                    "the controller did not finish the connection's TLS handshake within "
+                        + "\(setupTimeout.nanoseconds / 1_000_000) ms"
+                )
+            )
+        }
+        ready.futureResult.whenComplete { _ in expiry.cancel() }
         let connected = ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.writeBufferWaterMark, value: WriteBuffers.overlayConnection)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let hostname = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
+                    let hostname = ServerChainVerification.isIPAddress(host) ? nil : host
                     try channel.pipeline.syncOperations.addHandler(
                         NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
                     )
                     try channel.pipeline.syncOperations.addHandler(
                         ApplicationProtocolNegotiationHandler { result, channel in
-                            guard case .negotiated(let chosen) = result, chosen == alpn else {
-                                ready.fail(ILSError(.unavailable, "the controller does not speak \(alpn)"))
+                            guard case .negotiated(let chosen) = result, alpns.contains(chosen) else {
+                                ready.fail(
+                                    ILSError(
+                                        .unavailable,
+                                        "the controller does not speak \(alpns.joined(separator: " or "))"
+                                    )
+                                )
                                 return channel.close()
                             }
                             return channel.eventLoop.makeCompletedFuture {
-                                try configure(channel)
+                                try configure(channel, chosen)
                                 ready.succeed()
                             }
                         }
@@ -89,6 +125,8 @@ public struct FabricConnector: Sendable {
             channel.closeFuture.whenComplete { _ in
                 ready.fail(ILSError(.unavailable, "the controller closed the connection during setup"))
             }
+            // A setup that failed or ran out of time leaves no connection behind.
+            ready.futureResult.whenFailure { _ in channel.close(promise: nil) }
         }
         return connected.and(ready.futureResult).map { channel, _ in channel }
     }

@@ -3,6 +3,11 @@ public enum FabricProtocol {
     /// ALPN of a device's connection to the controller: HTTP/2, the controller is the server, one CONNECT stream per
     /// circuit.
     public static let dialALPN = "ils-dial/1"
+    /// The same, where a circuit's first DATA (the device's end-to-end ClientHello) may follow its `CONNECT` at once,
+    /// before the answer: one round trip less per circuit (docs/protocol.md, "Opening a circuit"). A device offers
+    /// both, this one first; a controller that speaks it prefers it; either end of an earlier release has only
+    /// `dialALPN`, and then the device waits for the answer as before.
+    public static let dialEarlyALPN = "ils-dial/2"
     /// ALPN of a gateway's connection to the controller: HTTP/2 with roles reversed (the gateway dials out but is
     /// the HTTP/2 server; the controller opens a stream per circuit), as cloudflared does.
     public static let hostALPN = "ils-host/1"

@@ -107,6 +107,7 @@ extension ChannelPipeline.SynchronousOperations {
             connectionConfiguration: FabricSettings.connection(maxConcurrentStreams: maxConcurrentStreams),
             streamConfiguration: FabricSettings.stream,
             streamDelegate: streamDelegate
+                ?? keepalive.flatMap { $0.countsStreams ? KeepaliveHandler.streamCounter(for: $0, on: eventLoop) : nil }
         ) { stream in
             guard let acceptStream else { return stream.close() }
             return stream.eventLoop.makeCompletedFuture {

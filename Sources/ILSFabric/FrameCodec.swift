@@ -1,3 +1,4 @@
+import ILSCrypto
 public import NIOCore
 
 /// The circuit framing: every handshake message and every encrypted record travels as `u32 length ‖ body`
@@ -57,5 +58,12 @@ public enum FrameError: Error, Equatable {
 /// How much plaintext one record carries. Bulk transfers fill records up to the maximum; an interactive write (an
 /// SSE event) becomes a record of its own, so it is never held back waiting for more.
 public enum RecordLimits {
+    /// The most a record may carry: a receiver refuses more (docs/protocol.md).
     public static let maximumPlaintext = 64 * 1024
+    /// The most this implementation puts in one record: a full record then frames (4-byte length, plaintext,
+    /// `E2ERecord.overhead`) to exactly 64 KiB. NIO's allocator rounds a buffer up to a power of two, so a record of
+    /// `maximumPlaintext` would take a 128 KiB buffer; a resumable circuit keeps each record's buffer until the peer
+    /// acknowledges it and counts its capacity against its bound (`CircuitRetention`), so a full record of 64 KiB
+    /// would halve the data in flight and the throughput with it.
+    public static let sealedPlaintext = 64 * 1024 - 4 - E2ERecord.overhead
 }

@@ -109,16 +109,27 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    /// A stream that ended cleanly (its END_STREAM read: both directions over) closes its partner only once what
-    /// was relayed has been written there: the partner's writes may be waiting on its reader's flow-control window,
-    /// and closing at once would reset the stream over them, cutting the tail of the circuit (its FINAL record
-    /// among it) that the relay had already accepted. Any other end (a reset, a lost connection) closes the
-    /// partner at once.
+    /// How long a stream that ended without END_STREAM (a reset, a lost connection) waits for what was relayed to
+    /// be written to its partner before the partner is reset all the same.
+    public static let resetLinger: TimeAmount = .seconds(10)
+
+    /// The partner is closed only once what was relayed has been written there: its writes may be waiting on its
+    /// reader's flow-control window, or in swift-nio-http2's buffer while its connection is not writable, and a
+    /// reset at once would discard them, cutting the tail of the circuit that the relay had already accepted (a
+    /// FINAL record, or the CANCEL that tells the other end the circuit was ended on purpose and is not to be
+    /// resumed). After a clean end (END_STREAM read: both directions over) it waits for as long as that takes;
+    /// after a reset or a lost connection, up to `resetLinger`.
     public func channelInactive(context: ChannelHandlerContext) {
         sendBatch(context: context)
         let partner = self.partner
-        if sawEnd, let lastWrite {
-            lastWrite.whenComplete { _ in partner.close(promise: nil) }
+        if let lastWrite {
+            let timer =
+                sawEnd
+                ? nil : partner.eventLoop.scheduleTask(in: Self.resetLinger) { partner.close(promise: nil) }
+            lastWrite.whenComplete { _ in
+                timer?.cancel()
+                partner.close(promise: nil)
+            }
         } else {
             partner.close(promise: nil)
         }

@@ -14,7 +14,8 @@ enum EnrollmentTarget {
             now: Int64(FuzzFixtures.now.timeIntervalSince1970)
         )
         var request = Array(
-            "POST /v1/enroll HTTP/1.1\r\nHost: 127.0.0.1:8443\r\nContent-Type: application/json\r\n".utf8
+            "POST \(ControllerEndpoint.enroll.path()) HTTP/1.1\r\nHost: 127.0.0.1:8443\r\nContent-Type: application/json\r\n"
+                .utf8
         )
         request += Array("Content-Length: \(data.count)\r\n\r\n".utf8)
         request += Array(data)

@@ -143,13 +143,16 @@ public enum FuzzSeeds {
         ]
     }
 
+    /// `endpoint`'s request from the route table, as the caller (0: none, 1: admin, 2: gateway) sends it.
     private static func request(
         _ caller: UInt8,
-        _ method: String,
-        _ target: String,
+        _ endpoint: ControllerEndpoint,
+        name: String? = nil,
+        query: [(String, String)] = [],
         body: String? = nil
     ) -> [UInt8] {
-        var text = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n"
+        let target = endpoint.path(name: name, query: query)
+        var text = "\(endpoint.method) \(target) HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n"
         if let body { text += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n" }
         text += "\r\n" + (body ?? "")
         return [caller] + Array(text.utf8)
@@ -163,30 +166,30 @@ public enum FuzzSeeds {
         let renew = #"{"publicKey":"\#(Base64URL.encode(renewKey.publicKey))","proof":"\#(Base64URL.encode(proof))"}"#
         let create = #"{"name":"new-device","role":"device","attributes":["team-a"],"tokenLifetimeSeconds":3600}"#
         return [
-            ("health", request(0, "GET", "/v1/health")),
-            ("enroll-info", request(0, "GET", "/v1/enroll/info")),
-            ("list-identities", request(1, "GET", "/v1/admin/identities")),
-            ("create-identity", request(1, "POST", "/v1/admin/identities", body: create)),
-            ("get-identity", request(1, "GET", "/v1/admin/identities/laptop")),
-            ("delete-identity", request(1, "DELETE", "/v1/admin/identities/laptop")),
+            ("health", request(0, .health)),
+            ("enroll-info", request(0, .enrollInfo)),
+            ("list-identities", request(1, .identities)),
+            ("create-identity", request(1, .createIdentity, body: create)),
+            ("get-identity", request(1, .identity, name: "laptop")),
+            ("delete-identity", request(1, .deleteIdentity, name: "laptop")),
             (
                 "reissue",
-                request(1, "POST", "/v1/admin/identities/gateway-1/reissue", body: #"{"tokenLifetimeSeconds":600}"#)
+                request(1, .reissueIdentity, name: "gateway-1", body: #"{"tokenLifetimeSeconds":600}"#)
             ),
-            ("revoke", request(1, "POST", "/v1/admin/identities/gateway-1/revoke")),
-            ("disable", request(1, "POST", "/v1/admin/identities/laptop/disable")),
-            ("enable", request(1, "POST", "/v1/admin/identities/laptop/enable")),
-            ("sessions", request(1, "GET", "/v1/admin/sessions")),
-            ("audit", request(1, "GET", "/v1/admin/audit?since=0&x=1")),
-            ("whoami", request(2, "GET", "/v1/whoami")),
-            ("renew", request(2, "POST", "/v1/renew", body: renew)),
-            ("admin-without-certificate", request(0, "GET", "/v1/admin/identities")),
-            ("pipelined", request(1, "GET", "/v1/health") + request(1, "GET", "/v1/admin/sessions").dropFirst()),
+            ("revoke", request(1, .revokeIdentity, name: "gateway-1")),
+            ("disable", request(1, .disableIdentity, name: "laptop")),
+            ("enable", request(1, .enableIdentity, name: "laptop")),
+            ("sessions", request(1, .sessions)),
+            ("audit", request(1, .audit, query: [("since", "0"), ("x", "1")])),
+            ("whoami", request(2, .whoami)),
+            ("renew", request(2, .renew, body: renew)),
+            ("admin-without-certificate", request(0, .identities)),
+            ("pipelined", request(1, .health) + request(1, .sessions).dropFirst()),
             (
                 "chunked",
                 [1]
                     + Array(
-                        "POST /v1/admin/identities HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"nam\r\n0\r\n\r\n"
+                        "POST \(ControllerEndpoint.createIdentity.path()) HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"nam\r\n0\r\n\r\n"
                             .utf8
                     )
             ),

@@ -1,3 +1,4 @@
+import ILSFabric
 import NIOCore
 import NIOHTTP1
 
@@ -7,12 +8,16 @@ import NIOHTTP1
 /// connection, its own error answer) and to abort one that cannot finish (the backend died mid-body, the client
 /// stopped reading): over TCP, HTTP's own framing tells the two apart. Through a relay it cannot: the relay may
 /// cut a stream as well, so the device only trusts the FINAL record (`E2EResponderHandler`). Sitting between the
-/// HTTP server codec and the proxy core, this handler sees the responses go out: a close while no response is in
-/// progress becomes a half-close (FINAL, END_STREAM), a close mid-response stays a full close (RST_STREAM, no
-/// FINAL, so the device reports the answer as truncated).
+/// HTTP server codec and the proxy core, this handler sees the requests come in and the responses go out: a close
+/// between exchanges becomes a half-close (FINAL, END_STREAM); a close once a request came in and before its answer
+/// ended stays a full close (RST_STREAM, no FINAL, so the device reports the answer as truncated).
 ///
 /// After a half-close the circuit waits `lingerTimeout` for the device to end its side too (a stream closes once
-/// both directions have ended), then is closed anyway: a device that keeps its side open must not pin it.
+/// both directions have ended), then is closed anyway: a device that keeps its side open must not pin it. A
+/// resumable circuit whose path is lost meanwhile is not closed while it is held: its FINAL (and what came before it)
+/// may not have reached the device, which resumes within the grace window to get them; the wait starts over once it
+/// is back. (It was closed at the first `lingerTimeout`, so an answer that ended while its device was away lost its
+/// tail, and the device's resumption was refused as for a circuit never held.)
 /// Once ended, what the device still sends is dropped: the proxy core must not start an exchange it can no longer
 /// answer. Leaves the pipeline at a `101 Switching Protocols`: from there the glue carries raw bytes and maps
 /// half-closes across itself.
@@ -26,8 +31,12 @@ final class CircuitCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
     static let lingerTimeout: TimeAmount = .seconds(5)
 
     private enum State {
-        /// Between responses: a close now is a clean end.
+        /// Between exchanges: a close now is a clean end.
         case idle
+        /// A request's head came in and its answer's head has not gone out (the backend is being asked): a close
+        /// now cuts the exchange. It was a clean end: a gateway that stopped then sent FINAL for an answer never
+        /// given, and a held circuit lingered for its device for the whole grace window.
+        case requested
         /// A response's head went out and its end has not: a close now cuts it.
         case responding
         /// The clean end went out; the circuit waits for the device's end.
@@ -61,6 +70,7 @@ final class CircuitCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if case .ended = state { return }
+        if case .head = unwrapInboundIn(data), case .idle = state { state = .requested }
         context.fireChannelRead(data)
     }
 
@@ -73,7 +83,10 @@ final class CircuitCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
             // An interim answer (100 Continue): the real response is still to come.
             context.write(data, promise: promise)
         case .head:
-            if case .idle = state { state = .responding }
+            switch state {
+            case .idle, .requested: state = .responding
+            case .responding, .ended, .aborting: break
+            }
             context.write(data, promise: promise)
         case .body:
             context.write(data, promise: promise)
@@ -89,8 +102,19 @@ final class CircuitCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         state = .ended
-        let channel = context.channel
-        lingerTimer = context.eventLoop.scheduleTask(in: lingerTimeout) { channel.close(promise: nil) }
+        linger(context.channel)
         context.close(mode: .output, promise: promise)
+    }
+
+    /// Closes `channel` after `lingerTimeout`, unless it is a held circuit then: it waits for its device (its grace
+    /// window bounds that), and the wait starts over.
+    private func linger(_ channel: any Channel) {
+        lingerTimer = channel.eventLoop.assumeIsolated().scheduleTask(in: lingerTimeout) {
+            if let circuit = channel as? CircuitChannel, circuit.isHeld {
+                self.linger(channel)
+            } else {
+                channel.close(promise: nil)
+            }
+        }
     }
 }

@@ -10,6 +10,10 @@ enum GatewayMetrics {
     /// Circuits moved to a new path by the device's resumption (suite 5), and those that ran out of grace.
     static let circuitsResumed = Counter(label: "ils_gateway_circuits_resumed_total")
     static let circuitsNotResumed = Counter(label: "ils_gateway_circuits_not_resumed_total")
+    /// Circuits held now (their path lost, waiting for the device), and the bytes every circuit keeps for resumption
+    /// (what the devices have not acknowledged): recorded at each scrape.
+    static let circuitsHeld = Gauge(label: "ils_gateway_circuits_held")
+    static let keptBytes = Gauge(label: "ils_gateway_resumption_kept_bytes")
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")

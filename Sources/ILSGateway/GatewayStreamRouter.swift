@@ -54,7 +54,7 @@ public final class GatewayPolicy: Sendable {
     /// answers, so with the intersection the narrowing is in force here at once, whichever replica relays the circuit
     /// and however stale the others are. A stale replica can only keep someone *out* a while longer: a widening is in
     /// force once every linked replica has heard it (at once normally; after a stalled feed, once its probe replaces
-    /// the listening connection, 25 s at most; docs/architecture.md "A narrowing fails closed").
+    /// the listening connection, 25 s at most; docs/design/cluster.md "A narrowing fails closed").
     ///
     /// A replica's grant stays while its links are down (it may be the only replica that knows of a narrowing) and
     /// goes when it leaves the controller list (`forgetRevoked`). What it took away while unlinked is taken away when

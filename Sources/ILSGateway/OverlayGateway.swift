@@ -57,33 +57,27 @@ public final class OverlayGateway: Service, Sendable {
     /// splices each circuit onto a gateway connection on the device connection's own loop when there is one, so
     /// the gateway keeps one link per relay loop of each replica (it is told, on each link, which loop it landed
     /// on). Every link carries the control stream and circuits alike; the gateway is hosting while any of them is up.
+    /// Each link's lifecycle is a `LinkMachine`; this is the set of them and what they share.
     private struct Links {
-        /// Live links.
-        var channels: [LinkKey: any Channel] = [:]
-        /// The relay loop of each bound link.
-        var relayLoops: [LinkKey: (loop: Int, connection: ObjectIdentifier)] = [:]
-        /// Consecutive times a slot landed on a loop another link to its controller already had.
-        var duplicates: [LinkKey: Int] = [:]
-        /// Slots whose link was closed for landing on a taken loop: they dial again, at once (`true`) or after the
-        /// usual backoff.
-        var redial: [LinkKey: Bool] = [:]
+        /// One link slot with a connect loop running.
+        struct Slot {
+            var machine = LinkMachine()
+            /// The live connection of the machine's link, and what wakes its connect loop: the connection's close, or
+            /// a renewal that replaces it.
+            var channel: (any Channel)?
+            var wake: EventLoopPromise<Void>?
+        }
+
+        var slots: [LinkKey: Slot] = [:]
         /// How many slots each replica's relay can use (one until it says).
-        var slots: [ControllerAddress: Int] = [:]
+        var slotCounts: [ControllerAddress: Int] = [:]
         var stopped = false
-        /// How each slot's current link ended its binding: accepted, or refused with the controller's reason.
-        var outcomes: [LinkKey: LinkOutcome] = [:]
-        /// Completed to make a slot link again at once (after a renewal) while its old link drains.
-        var rotations: [LinkKey: EventLoopPromise<Void>] = [:]
-        /// Links replaced after a renewal, finishing their circuits.
-        var draining: [ObjectIdentifier: any Channel] = [:]
         /// The last refusal logged, so a refused gateway says why once, not at every retry.
         var lastRefusal: String?
         /// The replicas the identity file names, its `controller` first.
         var fileControllers: [ControllerAddress]
         /// The latest list a controller sent.
         var pushedControllers: [ControllerAddress] = []
-        /// Slots with a connect loop running.
-        var running: Set<LinkKey> = []
 
         /// Every replica to link to: the file's, then the pushed ones.
         var listed: [ControllerAddress] {
@@ -91,39 +85,107 @@ public final class OverlayGateway: Service, Sendable {
             return fileControllers + pushedControllers.filter { seen.insert($0).inserted }
         }
 
-        /// The slots that should have a connect loop and have none; marked running.
+        /// Whether any link is connected (bound or not yet answered).
+        var anyConnected: Bool { slots.values.contains { $0.machine.link != nil } }
+
+        /// The bound links' relay loops, by slot.
+        var boundLoops: [LinkKey: Int] { slots.compactMapValues { $0.machine.bound?.relayLoop } }
+
+        /// The slots that should have a connect loop and have none; given a slot each.
         mutating func missing() -> [LinkKey] {
             guard !stopped else { return [] }
             var keys: [LinkKey] = []
             for controller in listed {
-                for slot in 0..<slots[controller, default: 1] {
+                for slot in 0..<slotCounts[controller, default: 1] {
                     let key = LinkKey(controller: controller, slot: slot)
-                    if running.insert(key).inserted { keys.append(key) }
+                    if slots[key] == nil {
+                        slots[key] = Slot()
+                        keys.append(key)
+                    }
                 }
             }
             return keys
         }
 
-        /// Whether `key`'s connect loop goes on dialling: not once the gateway stops or its replica left every list.
-        /// Its loop is then no longer running, decided in the same lock as `missing`, so a replica listed again at
-        /// that moment gets a new loop.
-        mutating func keepsDialling(_ key: LinkKey) -> Bool {
-            guard stopped || !listed.contains(key.controller) else { return true }
-            running.remove(key)
-            return false
+        /// `key`'s connect loop dials with `certificate`, unless the gateway stopped or the replica left every list:
+        /// its slot then goes, decided in the same lock as `missing`, so a replica listed again at that moment gets a
+        /// new loop.
+        mutating func dial(_ key: LinkKey, certificate: String) -> Bool {
+            guard !stopped, listed.contains(key.controller), slots[key]?.machine.dial(certificate: certificate) == true
+            else {
+                slots[key] = nil
+                return false
+            }
+            return true
         }
-    }
 
-    enum LinkOutcome {
-        case bound
-        case refused(reason: String, code: String?)
+        mutating func connected(_ key: LinkKey, _ channel: any Channel, wake: EventLoopPromise<Void>)
+            -> LinkMachine
+            .Connected
+        {
+            guard let result = slots[key]?.machine.connected(ObjectIdentifier(channel)) else { return .close }
+            if result == .keep {
+                slots[key]?.channel = channel
+                slots[key]?.wake = wake
+            }
+            return result
+        }
+
+        /// `key`'s link `channel` ended or was rotated away; also whether no link is connected any more.
+        mutating func ended(_ key: LinkKey, _ channel: any Channel) -> (next: LinkMachine.Next, lastLink: Bool) {
+            guard let next = slots[key]?.machine.ended(ObjectIdentifier(channel)) else { return (.stop, !anyConnected) }
+            if slots[key]?.channel === channel {
+                slots[key]?.channel = nil
+                slots[key]?.wake = nil
+            }
+            return (next, !anyConnected)
+        }
+
+        /// The controller accepted `key`'s link `connection` on `relayLoop` of `relayLoops`; `more` if that is more
+        /// loops than the replica has slots (within `maximumLinks`).
+        mutating func accepted(_ key: LinkKey, _ connection: any Channel, relayLoop: Int?, relayLoops: Int?) -> (
+            LinkMachine.Acceptance, more: Bool
+        ) {
+            let taken = relayLoop.map { loop in
+                boundLoops.contains { $0.key.controller == key.controller && $0.key != key && $0.value == loop }
+            }
+            let acceptance =
+                slots[key]?.machine.accepted(
+                    ObjectIdentifier(connection),
+                    relayLoop: relayLoop,
+                    loopTaken: taken ?? false,
+                    relayLoops: relayLoops
+                ) ?? .stale
+            guard acceptance == .bound else { return (acceptance, false) }
+            lastRefusal = nil
+            let wanted = min(relayLoops ?? 1, OverlayGateway.maximumLinks)
+            guard wanted > slotCounts[key.controller, default: 1], !stopped else { return (.bound, false) }
+            slotCounts[key.controller] = wanted
+            return (.bound, true)
+        }
+
+        /// A renewal: every connected link is replaced; returns each with what wakes its connect loop.
+        mutating func rotate() -> [(any Channel, EventLoopPromise<Void>?)] {
+            var old: [(any Channel, EventLoopPromise<Void>?)] = []
+            for key in slots.keys {
+                guard slots[key]?.machine.rotate() != nil, let channel = slots[key]?.channel else { continue }
+                old.append((channel, slots[key]?.wake))
+                slots[key]?.channel = nil
+                slots[key]?.wake = nil
+            }
+            return old
+        }
+
+        /// Stops every link: the connections to close.
+        mutating func stop() -> [any Channel] {
+            stopped = true
+            for key in slots.keys { _ = slots[key]?.machine.stop() }
+            return slots.values.compactMap(\.channel)
+        }
     }
 
     /// At most this many links, whatever the controller's loop count.
     static let maximumLinks = 16
-    /// A link that lands on a loop another link has is dropped and dialled again: at once up to this many times in a
-    /// row (per relay loop: connections land on the loops in turn, other peers' interleaved), then with backoff.
-    static let quickRetriesPerLoop = 4
 
     /// - Parameters:
     ///   - identityPath: the identity file, so the gateway can renew its certificate by itself before it expires;
@@ -235,32 +297,41 @@ public final class OverlayGateway: Service, Sendable {
     }
 
     public func run() async throws {
-        await withGracefulShutdownHandler {
-            await withDiscardingTaskGroup { group in
-                if let keeper = self.keeper {
-                    group.addTask { await keeper.run { self.adopt($0) } }
+        // A cancelled run stops as a graceful shutdown does. Without it the connect loops went on after the task was
+        // cancelled, and each cancelled sleep returned at once: a gateway whose controller was gone redialled it
+        // about a thousand times a second, for as long as the process lived.
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await withDiscardingTaskGroup { group in
+                    if let keeper = self.keeper {
+                        group.addTask { await keeper.run { self.adopt($0) } }
+                    }
+                    self.startMissingLinks()
+                    for await key in self.starts.stream {
+                        group.addTask { await self.connectLoop(key) }
+                    }
+                    group.cancelAll()
                 }
-                self.startMissingLinks()
-                for await key in self.starts.stream {
-                    group.addTask { await self.connectLoop(key) }
-                }
-                group.cancelAll()
+                // Every connect loop has ended; a slot whose loop a cancelled stream never started goes too.
+                self.links.withLockedValue { $0.slots = [:] }
+            } onGracefulShutdown: {
+                self.stop()
             }
-        } onGracefulShutdown: {
+        } onCancel: {
             self.stop()
         }
     }
 
     /// Stops reconnecting and closes every link (and with them every circuit).
     public func stop() {
-        let channels = links.withLockedValue { links -> [any Channel] in
-            links.stopped = true
-            return Array(links.channels.values)
-        }
+        let channels = links.withLockedValue { $0.stop() }
         starts.continuation.finish()
         for channel in channels { channel.close(promise: nil) }
-        // Held circuits have no link to close with: they end now, and their backend requests with them.
-        circuits.closeAll()
+        // Held circuits have no link to close with: they end now, and their backend requests with them. Aborted,
+        // not closed: a plain close between a request and its answer's head was a clean end (a FINAL), and a held
+        // circuit that ended cleanly lingers for its device for the whole grace window (CI at stop 46: 71 circuits
+        // and 22,720 bytes kept long after the gateway stopped).
+        circuits.closeAll { CircuitCloseHandler.abort($0) }
     }
 
     /// Resumable circuits open now, and how many of them are held (their path lost, waiting for the device).
@@ -274,11 +345,18 @@ public final class OverlayGateway: Service, Sendable {
     /// The bytes this gateway's circuits keep for resumption (what the devices have not acknowledged).
     public var retainedBytes: Int { retention.budget.bytes }
 
+    /// Records what held circuits cost now in the gauges (`ils_gateway_circuits_held`,
+    /// `ils_gateway_resumption_kept_bytes`); the metrics listener calls it at each scrape.
+    public func recordHeldGauges() {
+        GatewayMetrics.circuitsHeld.record(circuits.counts.held)
+        GatewayMetrics.keptBytes.record(retention.budget.bytes)
+    }
+
     /// Whether the gateway's own block list holds this identity (revoked or disabled).
     public func blocks(identityID: String) -> Bool { policy.blocks(identityID) }
 
     /// Whether the gateway is connected and has its policy from the controller (for tests and readiness).
-    public var isHosting: Bool { links.withLockedValue { !$0.channels.isEmpty } && policy.isKnown }
+    public var isHosting: Bool { links.withLockedValue { $0.anyConnected } && policy.isKnown }
 
     /// Backend connections whose reads are held because their circuit cannot take more (tests: backpressure).
     package var heldBackendReads: Int { core.pools.heldReads }
@@ -286,13 +364,13 @@ public final class OverlayGateway: Service, Sendable {
     /// How many of the identity file's controller's relay loops this gateway has a bound link on (for tests).
     public var relayLoopsCovered: Int {
         links.withLockedValue { links in
-            Set(links.relayLoops.filter { $0.key.controller == links.fileControllers.first }.values.map(\.loop)).count
+            Set(links.boundLoops.filter { $0.key.controller == links.fileControllers.first }.values).count
         }
     }
 
     /// The controller replicas this gateway has a bound link to (for tests and readiness).
     public var linkedControllers: Set<ControllerAddress> {
-        links.withLockedValue { Set($0.relayLoops.keys.map(\.controller)) }
+        links.withLockedValue { Set($0.boundLoops.keys.map(\.controller)) }
     }
 
     /// The controller replicas this gateway links to, or keeps dialling: its identity file's and the latest list
@@ -301,7 +379,7 @@ public final class OverlayGateway: Service, Sendable {
 
     /// The controller replicas this gateway has a connect loop for, linked or redialling (for tests).
     public var diallingControllers: Set<ControllerAddress> {
-        links.withLockedValue { Set($0.running.map(\.controller)) }
+        links.withLockedValue { Set($0.slots.keys.map(\.controller)) }
     }
 
     /// Starts a connect loop for every slot of every listed replica that has none.
@@ -337,28 +415,29 @@ public final class OverlayGateway: Service, Sendable {
 
     private var stopped: Bool { links.withLockedValue { $0.stopped } }
 
-    /// Keeps link `key` up while its replica is listed: dials, waits for it to close, dials again with jittered
-    /// backoff. Slot 0 of each replica reports to the log at info; the others, which come and go with it, at debug.
-    /// Waits between tries as `LinkBackoff` says.
+    /// Keeps link `key` up while its replica is listed: dials, waits for it to close, dials again after the wait its
+    /// `LinkMachine` says. Slot 0 of each replica reports to the log at info; the others, which come and go with it,
+    /// at debug.
     private func connectLoop(_ key: LinkKey) async {
         let slot = key.slot
-        var backoff = LinkBackoff()
-        // Links that landed on a relay loop another link has: not reset by each connection, unlike `backoff`, and
-        // slower, since the controller is up and the link is only redundant.
-        var duplicateBackoff = Backoff(maximum: .seconds(3))
         var lastFailure: String?
         let level: Logger.Level = slot == 0 ? .info : .debug
-        while links.withLockedValue({ $0.keepsDialling(key) }), !stopped {
+        while dial(key) {
+            let next: LinkMachine.Next
             do {
                 let channel = try await connect(key).get()
-                let rotation = channel.eventLoop.makePromise(of: Void.self)
-                let stopped = links.withLockedValue { links -> Bool in
-                    links.channels[key] = channel
-                    links.outcomes[key] = nil
-                    links.rotations[key] = rotation
-                    return links.stopped
+                let wake = channel.eventLoop.makePromise(of: Void.self)
+                switch links.withLockedValue({ $0.connected(key, channel, wake: wake) }) {
+                case .keep: break
+                case .close:
+                    wake.succeed()  // kept by no slot: nothing waits on it
+                    channel.close(promise: nil)
+                    continue
+                case .replace:
+                    wake.succeed()
+                    channel.triggerUserOutboundEvent(LinkDrainHandler.Drain(), promise: nil)
+                    continue
                 }
-                if stopped { channel.close(promise: nil) }
                 lastFailure = nil
                 logger.log(
                     level: level,
@@ -371,61 +450,16 @@ public final class OverlayGateway: Service, Sendable {
                 )
                 recordLinks()
                 // Either the link closes, or a renewal asks this slot to link again while the old link drains.
-                channel.closeFuture.whenComplete { _ in rotation.succeed() }
-                try? await rotation.futureResult.get()
-                let (rotated, outcome, lastLink, redial) = links.withLockedValue {
-                    links -> (Bool, LinkOutcome?, Bool, Bool?) in
-                    let rotated = links.channels[key].map { $0 !== channel } ?? true
-                    if !rotated {
-                        links.channels[key] = nil
-                        links.rotations[key] = nil
-                    }
-                    return (
-                        rotated, links.outcomes.removeValue(forKey: key), links.channels.isEmpty,
-                        links.redial.removeValue(forKey: key)
-                    )
-                }
+                channel.closeFuture.whenComplete { _ in wake.succeed() }
+                try? await wake.futureResult.get()
+                let (ended, lastLink) = links.withLockedValue { $0.ended(key, channel) }
                 recordLinks()
-                if rotated { continue }  // dial again now, with the renewed certificate
+                // A renewal replaced it: dial again now, with the new certificate.
+                if case .dial(_, because: .rotated) = ended { continue }
                 // The replica's grant stays while its links are down (`GatewayPolicy.Grants`): it may be the one that
                 // made a narrowing the others have not heard of. It goes when the replica leaves the list.
                 if lastLink { policy.connectionLost() }
-                if self.stopped { break }
-                switch outcome {
-                case .refused(_, let code):
-                    // A certificate replaced by a renewal made elsewhere: move to the new one at once.
-                    if code == HostControlMessage.identityBlocked, let changed = keeper?.changedOnDisk(),
-                        adopt(.changedOnDisk(changed))
-                    {
-                        keeper?.adopted(changed)
-                        continue
-                    }
-                    let wait = backoff.refused(code: code)
-                    logger.debug(
-                        "link refused; waiting before the next try",
-                        metadata: ["wait": "\(wait.nanoseconds / 1_000_000_000)s"]
-                    )
-                    try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
-                    continue
-                case .bound:
-                    backoff.bound()
-                    links.withLockedValue { $0.lastRefusal = nil }
-                case nil:
-                    break
-                }
-                if redial == true {
-                    try? await Task.sleep(nanoseconds: UInt64.random(in: 10_000_000...50_000_000))
-                    continue
-                } else if redial == false {
-                    try? await Task.sleep(nanoseconds: UInt64(duplicateBackoff.next().nanoseconds))
-                    continue
-                }
-                duplicateBackoff.reset()
-                logger.log(
-                    level: slot == 0 ? .warning : .debug,
-                    "lost the controller connection; reconnecting",
-                    metadata: ["controller": "\(key.controller)"]
-                )
+                next = ended
             } catch {
                 let description = (error as? ILSError)?.reason ?? "\(error)"
                 if description != lastFailure, slot == 0 {
@@ -443,13 +477,31 @@ public final class OverlayGateway: Service, Sendable {
                         metadata: ["controller": "\(key.controller)", "error": "\(description)", "link": "\(slot)"]
                     )
                 }
+                next = links.withLockedValue { $0.slots[key]?.machine.dialFailed() } ?? .stop
             }
-            try? await Task.sleep(nanoseconds: UInt64(backoff.failed().nanoseconds))
+            guard case .dial(let wait, let because) = next else { break }
+            switch because {
+            case .refused(let code):
+                // A certificate replaced by a renewal made elsewhere: move to the new one at once.
+                if keeper?.movedOn(afterRefusal: code, adopt: adopt) == true { continue }
+                logger.debug(
+                    "link refused; waiting before the next try",
+                    metadata: ["wait": "\(wait.nanoseconds / 1_000_000_000)s"]
+                )
+            case .lost:
+                logger.log(
+                    level: slot == 0 ? .warning : .debug,
+                    "lost the controller connection; reconnecting",
+                    metadata: ["controller": "\(key.controller)"]
+                )
+            case .rotated, .duplicate, .failed:
+                break
+            }
+            if wait > .zero { try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds)) }
         }
         // A replica no longer listed whose last link is gone: its block list goes with it.
         let forget = links.withLockedValue { links in
-            !links.listed.contains(key.controller) && !links.running.contains { $0.controller == key.controller }
-                && !links.channels.keys.contains { $0.controller == key.controller }
+            !links.listed.contains(key.controller) && !links.slots.keys.contains { $0.controller == key.controller }
         }
         if forget {
             policy.forgetRevoked(from: key.controller.description)
@@ -460,25 +512,19 @@ public final class OverlayGateway: Service, Sendable {
         }
     }
 
+    /// Whether `key`'s connect loop dials (again), with the certificate in use now.
+    private func dial(_ key: LinkKey) -> Bool {
+        let certificate = identity.withLockedValue { $0.file.certificate }
+        return links.withLockedValue { $0.dial(key, certificate: certificate) }
+    }
+
     /// After a renewal: every link is dialled again with the new certificate, and each old link closes once its
     /// circuits have ended.
     private func rotateLinks() {
-        let old = links.withLockedValue { links -> [(any Channel, EventLoopPromise<Void>?)] in
-            var old: [(any Channel, EventLoopPromise<Void>?)] = []
-            for (key, channel) in links.channels {
-                links.channels[key] = nil
-                links.draining[ObjectIdentifier(channel)] = channel
-                old.append((channel, links.rotations.removeValue(forKey: key)))
-            }
-            return old
-        }
-        for (channel, rotation) in old {
-            let key = ObjectIdentifier(channel)
-            channel.closeFuture.whenComplete { _ in
-                _ = self.links.withLockedValue { $0.draining.removeValue(forKey: key) }
-            }
+        let old = links.withLockedValue { $0.rotate() }
+        for (channel, wake) in old {
             channel.triggerUserOutboundEvent(LinkDrainHandler.Drain(), promise: nil)
-            rotation?.succeed()
+            wake?.succeed()
         }
     }
 
@@ -486,7 +532,7 @@ public final class OverlayGateway: Service, Sendable {
     /// retries for as long as it runs; the admin must see why, not a line every few minutes).
     private func refused(_ key: LinkKey, connection: any Channel, reason: String, code: String?) {
         let first = links.withLockedValue { links -> Bool in
-            if links.channels[key] === connection { links.outcomes[key] = .refused(reason: reason, code: code) }
+            _ = links.slots[key]?.machine.refused(ObjectIdentifier(connection), reason: reason, code: code)
             defer { links.lastRefusal = reason }
             return links.lastRefusal != reason
         }
@@ -501,14 +547,14 @@ public final class OverlayGateway: Service, Sendable {
     }
 
     private func recordLinks() {
-        let count = links.withLockedValue { $0.channels.count }
+        let count = links.withLockedValue { links in links.slots.values.count { $0.machine.link != nil } }
         GatewayMetrics.connected.record(count > 0 ? 1 : 0)
         GatewayMetrics.links.record(count)
     }
 
     /// The controller accepted link `key`'s binding, on relay loop `relayLoop` of `relayLoops`. A link on a loop
-    /// another link to the same replica already has is dropped and dialled again (a few times, then kept); the
-    /// first answer that names more loops than there are links starts the missing ones.
+    /// another link to the same replica already has is dropped and dialled again (at once a few times, then with
+    /// backoff: `LinkMachine`); the first answer that names more loops than there are links starts the missing ones.
     private func bound(_ key: LinkKey, connection: any Channel, relayLoop: Int?, relayLoops: Int?) {
         let slot = key.slot
         logger.log(
@@ -519,39 +565,12 @@ public final class OverlayGateway: Service, Sendable {
                 "relay_loop": "\(relayLoop.map(String.init) ?? "-")", "aead": "\(AESGCMRecords.backend)",
             ]
         )
-        links.withLockedValue { links in
-            if links.channels[key] === connection { links.outcomes[key] = .bound }
+        let (acceptance, more) = links.withLockedValue {
+            $0.accepted(key, connection, relayLoop: relayLoop, relayLoops: relayLoops)
         }
-        let connectionID = ObjectIdentifier(connection)
-        // A controller that does not say which loop: one link to it.
-        let (duplicate, more) = links.withLockedValue { links -> (Bool, Bool) in
-            let taken =
-                relayLoop.map { loop in
-                    links.relayLoops.contains {
-                        $0.key.controller == key.controller && $0.key != key && $0.value.loop == loop
-                    }
-                } ?? false
-            if taken {
-                links.duplicates[key, default: 0] += 1
-                links.redial[key] =
-                    links.duplicates[key, default: 0] <= Self.quickRetriesPerLoop * max(relayLoops ?? 1, 2)
-                return (true, false)
-            }
-            links.duplicates[key] = 0
-            links.relayLoops[key] = (relayLoop ?? 0, connectionID)
-            let wanted = min(relayLoops ?? 1, Self.maximumLinks)
-            guard wanted > links.slots[key.controller, default: 1], !links.stopped else { return (false, false) }
-            links.slots[key.controller] = wanted
-            return (false, true)
-        }
-        if duplicate {
+        if acceptance == .duplicate {
             connection.close(promise: nil)
             return
-        }
-        connection.closeFuture.whenComplete { _ in
-            self.links.withLockedValue { links in
-                if links.relayLoops[key]?.connection == connectionID { links.relayLoops[key] = nil }
-            }
         }
         if more { startMissingLinks() }
     }

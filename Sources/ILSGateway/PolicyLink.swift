@@ -45,21 +45,15 @@ final class PolicyLink: Sendable {
     /// How long a client's connection waits for the controller's answer before the local decision stands alone.
     static let checkTimeout: TimeAmount = .seconds(5)
 
-    private enum Outcome {
-        case bound
-        case refused(reason: String, code: String?)
-    }
-
     private struct State {
+        /// The link's lifecycle (`LinkMachine`, as each of the overlay gateway's links).
+        var machine = LinkMachine()
+        /// The connection of `machine`'s link, while it is up.
         var channel: (any Channel)?
-        /// The certificate `channel` was dialled with: after a renewal, the old link stays bound until it has closed.
-        var channelCertificate: String?
-        var outcome: Outcome?
-        var stopped = false
+        /// The control stream of the link's connection, on which certificate checks go (while it is bound).
+        var control: (any Channel)?
         var graceTimer: Scheduled<Void>?
         var lastProblem: String?
-        /// The control stream of the bound link, on which certificate checks go.
-        var control: (any Channel)?
         var nextCheck = 0
         /// Unanswered checks: the promise, and the identity asked about.
         var checks: [Int: (promise: EventLoopPromise<CheckResult>, identityID: String)] = [:]
@@ -143,12 +137,12 @@ final class PolicyLink: Sendable {
     /// The certificate of the link that is up and bound now, if one is (tests: a renewal's new link is bound).
     var boundCertificate: String? {
         state.withLockedValue { state in
-            guard state.control != nil, case .bound? = state.outcome else { return nil }
-            return state.channelCertificate
+            guard state.control != nil else { return nil }
+            return state.machine.bound?.certificate
         }
     }
 
-    private var stopped: Bool { state.withLockedValue { $0.stopped } }
+    private var stopped: Bool { state.withLockedValue { $0.machine.isStopped } }
 
     private static func connector(_ identity: IdentityFile, _ address: ControllerAddress?) throws(ILSError)
         -> FabricConnector
@@ -169,17 +163,22 @@ final class PolicyLink: Sendable {
 
     /// Keeps the link up until `stop`, and the gateway's certificate renewed.
     func run() async {
-        if isSecondary {
-            await connectLoop()
-            return
-        }
-        await withDiscardingTaskGroup { group in
-            if let keeper = self.keeper {
-                group.addTask { await keeper.run { self.adopt($0) } }
+        // Cancelled, the link stops (as `OverlayGateway.run`): its loop's sleeps would otherwise return at once.
+        await withTaskCancellationHandler {
+            if isSecondary {
+                await connectLoop()
+                return
             }
-            group.addTask { await self.recheckLoop() }
-            await connectLoop()
-            group.cancelAll()
+            await withDiscardingTaskGroup { group in
+                if let keeper = self.keeper {
+                    group.addTask { await keeper.run { self.adopt($0) } }
+                }
+                group.addTask { await self.recheckLoop() }
+                await connectLoop()
+                group.cancelAll()
+            }
+        } onCancel: {
+            self.stop()
         }
     }
 
@@ -256,7 +255,7 @@ final class PolicyLink: Sendable {
             "certificate renewed; re-linking with it",
             metadata: ["until": "\(renewed.identity.certificateNotAfter ?? 0)"]
         )
-        state.withLockedValue { $0.channel }?.close(promise: nil)
+        rotate()
         // Under the lock `controllersListed` makes links under, after the identity changed: a link it makes now reads
         // the renewed file, one it made before gets it here.
         secondaries.withLockedValue { all in
@@ -269,7 +268,15 @@ final class PolicyLink: Sendable {
     private func use(_ file: IdentityFile, address: ControllerAddress) {
         guard let connector = try? Self.connector(file, address) else { return }
         identity.withLockedValue { $0 = (file, connector) }
-        state.withLockedValue { $0.channel }?.close(promise: nil)
+        rotate()
+    }
+
+    /// After a renewal: the link in use closes (it carries no client traffic), and the connect loop dials again at
+    /// once with the new certificate; a dial in progress is replaced once it connects.
+    private func rotate() {
+        state.withLockedValue { state -> (any Channel)? in
+            state.machine.rotate() != nil ? state.channel : nil
+        }?.close(promise: nil)
     }
 
     /// The controller list the primary's controller sent: a link to each other controller, for its grant and block
@@ -328,62 +335,56 @@ final class PolicyLink: Sendable {
     }
 
     private func connectLoop() async {
-        var backoff = LinkBackoff()
-        while !stopped {
-            // Reset before dialling, not after: the controller's answer can be applied on the link's event loop
-            // before this task resumes from the connect, and resetting then forgot a bound link (every check then
-            // went unasked, and a deleted device got in on the local decision).
-            state.withLockedValue { $0.outcome = nil }
+        while state.withLockedValue({ [certificate] in $0.machine.dial(certificate: certificate) }) {
+            let next: LinkMachine.Next
             do {
-                let dialledWith = certificate
                 let channel = try await connect().get()
-                let stopped = state.withLockedValue { state -> Bool in
-                    state.channel = channel
-                    state.channelCertificate = dialledWith
-                    return state.stopped
+                switch state.withLockedValue({ $0.machine.connected(ObjectIdentifier(channel)) }) {
+                case .keep: state.withLockedValue { $0.channel = channel }
+                case .close, .replace:
+                    channel.close(promise: nil)
+                    continue
                 }
-                if stopped { channel.close(promise: nil) }
                 try? await channel.closeFuture.get()
-                let (outcome, unanswered) = state.withLockedValue {
-                    state -> (Outcome?, [EventLoopPromise<CheckResult>]) in
-                    state.channel = nil
+                let (ended, unanswered) = state.withLockedValue {
+                    state -> (LinkMachine.Next, [EventLoopPromise<CheckResult>]) in
+                    if state.channel === channel { state.channel = nil }
                     state.control = nil
                     defer { state.checks = [:] }
-                    return (state.outcome, state.checks.values.map(\.promise))
+                    return (state.machine.ended(ObjectIdentifier(channel)), state.checks.values.map(\.promise))
                 }
                 for promise in unanswered { promise.succeed(.unavailable) }
                 if !isSecondary { GatewayMetrics.connected.record(0) }
                 linkLost()
-                if self.stopped { break }
-                switch outcome {
-                case .bound:
-                    backoff.bound()
-                    logger.warning("lost the controller connection (policy link); reconnecting")
-                case .refused(_, let code):
-                    // A certificate replaced by a renewal made elsewhere: move to the new one at once.
-                    if code == HostControlMessage.identityBlocked, let changed = keeper?.changedOnDisk(),
-                        adopt(.changedOnDisk(changed))
-                    {
-                        keeper?.adopted(changed)
-                        continue
-                    }
-                    let wait = backoff.refused(code: code)
-                    try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds))
-                    continue
-                case nil:
-                    break
-                }
+                next = ended
             } catch {
                 report("cannot reach the controller; retrying with backoff", (error as? ILSError)?.reason ?? "\(error)")
+                next = state.withLockedValue { $0.machine.dialFailed() }
             }
-            try? await Task.sleep(nanoseconds: UInt64(backoff.failed().nanoseconds))
+            guard case .dial(let wait, let because) = next else { break }
+            switch because {
+            case .refused(let code):
+                // A certificate replaced by a renewal made elsewhere: move to the new one at once.
+                if keeper?.movedOn(afterRefusal: code, adopt: adopt) == true { continue }
+            case .lost(wasBound: true):
+                logger.warning("lost the controller connection (policy link); reconnecting")
+            case .lost(wasBound: false), .rotated, .duplicate, .failed:
+                break
+            }
+            if wait > .zero { try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds)) }
         }
+    }
+
+    /// The link starts a dial, as its connect loop does (tests that play the controller's side on a stream of their
+    /// own, whose answers then bind it).
+    func dialling() {
+        state.withLockedValue { [certificate] in _ = $0.machine.dial(certificate: certificate) }
     }
 
     /// Stops reconnecting and closes the link.
     func stop() {
         let (channel, timer) = state.withLockedValue { state in
-            state.stopped = true
+            _ = state.machine.stop()
             return (state.channel, state.graceTimer)
         }
         timer?.cancel()
@@ -406,7 +407,7 @@ final class PolicyLink: Sendable {
     func check(_ peer: IdentityCertificate, on eventLoop: any EventLoop) -> EventLoopFuture<CheckResult> {
         let promise = eventLoop.makePromise(of: CheckResult.self)
         let asked = state.withLockedValue { state -> (Int, any Channel)? in
-            guard let control = state.control, case .bound? = state.outcome else { return nil }
+            guard let control = state.control, state.machine.bound != nil else { return nil }
             state.nextCheck += 1
             state.checks[state.nextCheck] = (promise, peer.id)
             return (state.nextCheck, control)
@@ -479,7 +480,7 @@ final class PolicyLink: Sendable {
         previous?.cancel()
     }
 
-    private func apply(_ message: HostControlMessage, connection: (any Channel)?) {
+    private func apply(_ message: HostControlMessage, connection: any Channel) {
         // A link that was stopped (a secondary whose controller left the list) applies nothing more: a message read
         // while it closed would put back the grant and blocks `forgetRevoked` just dropped.
         guard !stopped else { return }
@@ -502,7 +503,7 @@ final class PolicyLink: Sendable {
             let timer = state.withLockedValue { state in
                 defer {
                     state.graceTimer = nil
-                    state.outcome = .bound
+                    _ = state.machine.accepted(ObjectIdentifier(connection))
                     state.lastProblem = nil
                 }
                 return state.graceTimer
@@ -514,9 +515,11 @@ final class PolicyLink: Sendable {
                 metadata: ["controller": "\(connector.address)", "service": "\(service)"]
             )
         } else if let error = message.error {
-            state.withLockedValue { $0.outcome = .refused(reason: error, code: message.errorCode) }
+            state.withLockedValue {
+                _ = $0.machine.refused(ObjectIdentifier(connection), reason: error, code: message.errorCode)
+            }
             report("the controller refused the policy link", error)
-            connection?.close(promise: nil)
+            connection.close(promise: nil)
         }
     }
 
@@ -526,7 +529,12 @@ final class PolicyLink: Sendable {
         PolicyLinkRouter(
             service: service,
             events: .init(
-                onControlStream: { [weak self] stream in self?.state.withLockedValue { $0.control = stream } },
+                onControlStream: { [weak self] stream, connection in
+                    self?.state.withLockedValue { state in
+                        // The stream of this link's connection only (a renewal's old link may still be closing).
+                        if state.machine.accepts(ObjectIdentifier(connection)) { state.control = stream }
+                    }
+                },
                 onMessage: { [weak self] message, connection in self?.apply(message, connection: connection) },
                 onVerdict: { [weak self] verdict in self?.answer(verdict) }
             )

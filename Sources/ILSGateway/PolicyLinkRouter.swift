@@ -20,13 +20,13 @@ final class PolicyLinkRouter: ChannelInboundHandler {
 
     /// What the router passes on to its link.
     struct Events: Sendable {
-        /// The control stream is open: certificate checks are written on it.
-        var onControlStream: @Sendable (any Channel) -> Void
+        /// The control stream is open on `connection`: certificate checks are written on it.
+        var onControlStream: @Sendable (_ stream: any Channel, _ connection: any Channel) -> Void
         /// A policy message, with the link's connection.
-        var onMessage: @Sendable (HostControlMessage, _ connection: (any Channel)?) -> Void
+        var onMessage: @Sendable (HostControlMessage, _ connection: any Channel) -> Void
         var onVerdict: @Sendable (CertificateVerdict) -> Void
 
-        static let ignoring = Events(onControlStream: { _ in }, onMessage: { _, _ in }, onVerdict: { _ in })
+        static let ignoring = Events(onControlStream: { _, _ in }, onMessage: { _, _ in }, onVerdict: { _ in })
     }
 
     private let service: String
@@ -63,8 +63,12 @@ final class PolicyLinkRouter: ChannelInboundHandler {
             (FabricProtocol.linkPurposeHeader, FabricProtocol.policyLink),
         ])
         context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
-        events.onControlStream(context.channel)
+        events.onControlStream(context.channel, Self.connection(of: context.channel))
     }
+
+    /// The link's connection, which a stream's parent is (a test's stream, played on a channel of its own with no
+    /// parent, stands for its connection).
+    static func connection(of stream: any Channel) -> any Channel { stream.parent ?? stream }
 
     private func readControl(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
         guard case .data(let frame) = payload, case .byteBuffer(var bytes) = frame.data else { return }
@@ -82,7 +86,7 @@ final class PolicyLinkRouter: ChannelInboundHandler {
             if let verdict = try? JSONDecoder().decode(CertificateVerdict.self, from: json) {
                 events.onVerdict(verdict)
             } else if let message = try? JSONDecoder().decode(HostControlMessage.self, from: json) {
-                events.onMessage(message, context.channel.parent)
+                events.onMessage(message, Self.connection(of: context.channel))
             }
         }
         buffer.discardReadBytes()

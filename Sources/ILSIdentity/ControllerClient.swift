@@ -94,8 +94,29 @@ public struct ControllerClient: Sendable {
         return client
     }
 
-    /// Sends a request and decodes a JSON answer; a refusal becomes the `ILSError` its code names.
-    public func call<Response: Decodable>(
+    /// Sends `route`'s request (`name` in its path, `query` after it) with `body`, and decodes its answer; a refusal
+    /// becomes the `ILSError` its code names.
+    public func call<Body, Answer>(
+        _ route: ControllerRoute<Body, Answer>,
+        name: String? = nil,
+        query: [(String, String)] = [],
+        body: Body
+    ) async throws(ILSError) -> Answer {
+        try await call(route.method, route.endpoint.path(name: name, query: query), body: body, as: Answer.self)
+    }
+
+    /// `route`'s request, which has no body.
+    public func call<Answer>(
+        _ route: ControllerRoute<NoBody, Answer>,
+        name: String? = nil,
+        query: [(String, String)] = []
+    ) async throws(ILSError) -> Answer {
+        try await call(route.method, route.endpoint.path(name: name, query: query), as: Answer.self)
+    }
+
+    /// Sends a request to any path and decodes a JSON answer: the typed `call(_:name:query:body:)` underneath, and
+    /// tests that probe paths the route table does not have.
+    package func call<Response: Decodable>(
         _ method: HTTPMethod,
         _ path: String,
         body: (some Encodable)? = Optional<String>.none,
@@ -292,7 +313,7 @@ public struct ControllerClient: Sendable {
     }
 
     static func isIPAddress(_ host: String) -> Bool {
-        host.contains(":") || host.split(separator: ".").count == 4 && host.allSatisfy { $0.isNumber || $0 == "." }
+        ServerChainVerification.isIPAddress(host)
     }
 
     static func describe(_ error: any Error) -> String {
@@ -307,4 +328,9 @@ public struct ControllerClient: Sendable {
         if let error = error as? ILSError { return error.reason }
         return "\(error)"
     }
+}
+
+extension ControllerRoute {
+    /// The route's method as NIO spells it.
+    var method: HTTPMethod { HTTPMethod(rawValue: endpoint.method) }
 }

@@ -3,8 +3,6 @@ import ILSCore
 import ILSCrypto
 import NIOCore
 import NIOSSL
-import SwiftASN1
-import X509
 
 /// Verifies a controller's TLS chain against a CA known only by its fingerprint (from an enrollment token).
 ///
@@ -19,30 +17,16 @@ enum PinnedVerification {
         host: String,
         promise: EventLoopPromise<NIOSSLVerificationResult>
     ) {
-        let parsed: [(der: [UInt8], certificate: Certificate)] = presented.compactMap { certificate in
-            guard let der = try? certificate.toDERBytes(), let parsed = try? Certificate(derEncoded: der) else {
-                return nil
-            }
-            return (der, parsed)
-        }
-        guard parsed.count == presented.count, let leaf = parsed.first?.certificate,
-            let root = parsed.first(where: { Fingerprint.sha256($0.der) == fingerprint })?.certificate
+        let chain = presented.compactMap { try? $0.toDERBytes() }
+        guard chain.count == presented.count,
+            let root = chain.first(where: { Fingerprint.sha256($0) == fingerprint })
         else {
             promise.succeed(.failed)
             return
         }
-        let intermediates = parsed.dropFirst().map(\.certificate)
-        let isIP = ControllerClient.isIPAddress(host)
         Task {
-            var verifier = Verifier(rootCertificates: CertificateStore([root])) {
-                RFC5280Policy()
-                ServerIdentityPolicy(serverHostname: isIP ? nil : host, serverIP: isIP ? host : nil)
-            }
-            let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
-            switch result {
-            case .validCertificate: promise.succeed(.certificateVerified)
-            case .couldNotValidate: promise.succeed(.failed)
-            }
+            let valid = await ServerChainVerification.verify(chain: chain, root: root, host: host)
+            promise.succeed(valid ? .certificateVerified : .failed)
         }
     }
 }

@@ -14,13 +14,20 @@ public final class MetricsServer: Service, Sendable {
     private let listen: HostPort
     private let registry: PrometheusCollectorRegistry
     private let ready: @Sendable () -> Bool
+    private let beforeScrape: @Sendable () -> Void
     private let logger: Logger
     private let channel = NIOLockedValueBox<(any Channel)?>(nil)
 
     /// Bootstraps swift-metrics with a Prometheus registry (once per process) and prepares the listener.
-    public init(listen: HostPort, allowRemote: Bool, logger: Logger, ready: @escaping @Sendable () -> Bool)
-        throws(ILSError)
-    {
+    /// `beforeScrape` records the gauges that are read rather than counted (what a process holds now), so each
+    /// scrape sees them as of its own moment.
+    public init(
+        listen: HostPort,
+        allowRemote: Bool,
+        logger: Logger,
+        ready: @escaping @Sendable () -> Bool,
+        beforeScrape: @escaping @Sendable () -> Void = {}
+    ) throws(ILSError) {
         guard listen.isLoopback || allowRemote else {
             throw ILSError(
                 .invalidArgument,
@@ -30,12 +37,14 @@ public final class MetricsServer: Service, Sendable {
         self.listen = listen
         self.registry = MetricsBootstrap.registry
         self.ready = ready
+        self.beforeScrape = beforeScrape
         self.logger = logger
     }
 
     public func start() async throws(ILSError) -> SocketAddress {
         let registry = self.registry
         let ready = self.ready
+        let beforeScrape = self.beforeScrape
         let server: any Channel
         do {
             server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -46,7 +55,8 @@ public final class MetricsServer: Service, Sendable {
                         try channel.pipeline.syncOperations.addHandler(
                             MetricsHTTPHandler(
                                 registry: registry,
-                                ready: ready
+                                ready: ready,
+                                beforeScrape: beforeScrape
                             )
                         )
                     }
@@ -84,11 +94,17 @@ final class MetricsHTTPHandler: ChannelInboundHandler {
 
     private let registry: PrometheusCollectorRegistry
     private let ready: @Sendable () -> Bool
+    private let beforeScrape: @Sendable () -> Void
     private var path = ""
 
-    init(registry: PrometheusCollectorRegistry, ready: @escaping @Sendable () -> Bool) {
+    init(
+        registry: PrometheusCollectorRegistry,
+        ready: @escaping @Sendable () -> Bool,
+        beforeScrape: @escaping @Sendable () -> Void = {}
+    ) {
         self.registry = registry
         self.ready = ready
+        self.beforeScrape = beforeScrape
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -98,7 +114,9 @@ final class MetricsHTTPHandler: ChannelInboundHandler {
         case .end:
             let (status, type, body): (HTTPResponseStatus, String, [UInt8])
             switch path {
-            case "/metrics": (status, type, body) = (.ok, "text/plain; version=0.0.4", registry.emitToBuffer())
+            case "/metrics":
+                beforeScrape()
+                (status, type, body) = (.ok, "text/plain; version=0.0.4", registry.emitToBuffer())
             case "/healthz": (status, type, body) = (.ok, "text/plain", Array("ok\n".utf8))
             case "/readyz":
                 (status, type, body) =

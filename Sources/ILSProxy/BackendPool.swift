@@ -179,7 +179,7 @@ final class LoopBackendPool {
     ) -> EventLoopFuture<any Channel> {
         ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.backendConnectTimeout.timeAmount)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.maxMessagesPerRead, value: Self.backendMessagesPerRead)
             .channelOption(.writeBufferWaterMark, value: WriteBuffers.localConnection)
             .channelInitializer(initialize)

@@ -41,7 +41,10 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         case closed
     }
 
-    /// What the handler does after an event. Each event returns only some of these; the handler's switch says which.
+    /// What the handler does after an event, of the things several events may ask for. An event with an answer of
+    /// its own (a request part's fate, a lease, a response part) returns a small type that holds its own cases and
+    /// one of these (`RequestPart`, `Lease`, `ResponseHead`, `ResponseBody`, `ResponseEnd`), as swift-nio-http2's
+    /// state machines do: the handler's `perform` takes only these, so nothing an event never returns reaches it.
     enum Action {
         case none
         /// Close the client connection.
@@ -53,32 +56,58 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         /// Too late for a status: flush, log the exchange with `outcome`, close the client connection; release the
         /// backend connection first, not reusable.
         case cut(Exchange, outcome: String, release: Backend?)
-        /// Keep the request part in the exchange until a backend connection is ready.
-        case buffer(Exchange)
-        /// Write the request part to the backend connection.
-        case forward(Backend)
         /// Flush what was written to the backend connection.
         case flushBackend(Backend)
-        /// The exchange has its backend connection: write `100 Continue` if asked, the head and what was buffered,
-        /// then pass on a held read if asked.
-        case startForwarding(Exchange, Backend, writeContinue: Bool, resumeRead: Bool)
         /// The exchange this connection came for is gone: return it to the pool unused.
         case returnUnused(Backend)
-        /// Write the response head to the client.
-        case writeHead(Exchange, closeClient: Bool)
-        /// Write the response part to the client.
-        case writeBody
-        /// The exchange is over: release the backend connection (`reuseBackend`), log, pass on a held read if
-        /// asked, then write the response's end and close after it if `closeClient`.
-        case finish(Exchange, Backend, reuseBackend: Bool, closeClient: Bool, resumeRead: Bool)
-        /// Switch both connections to opaque bytes (the 101 is written once both decoders left).
-        case upgrade(Exchange, Backend, HTTPResponseHead)
         /// Lease a new backend connection for the exchange (its buffer now holds only the request's end, if any).
         case retry(Exchange)
         /// The client went away mid-exchange: log it `client_closed`, close the backend connection if any.
         case abandon(Exchange, release: Backend?)
         /// Let the backend connection's reads through or hold them, as the client connection can take more or not.
         case setBackendReads(Backend, allowed: Bool)
+    }
+
+    /// Where a request part goes (`requestBody`, `requestEnd`).
+    enum RequestPart {
+        /// Nowhere: no exchange takes it.
+        case none
+        /// Keep it in the exchange until a backend connection is ready.
+        case buffer(Exchange)
+        /// Write it to the backend connection.
+        case forward(Backend)
+    }
+
+    /// The pool's answer to a lease (`leased`).
+    enum Lease {
+        /// The exchange has its backend connection: write `100 Continue` if asked, the head and what was buffered,
+        /// then pass on a held read if asked.
+        case startForwarding(Exchange, Backend, writeContinue: Bool, resumeRead: Bool)
+        case other(Action)
+    }
+
+    /// The backend's response head (`responseHead`).
+    enum ResponseHead {
+        /// Write the response head to the client.
+        case writeHead(Exchange, closeClient: Bool)
+        case other(Action)
+    }
+
+    /// A part of the backend's response body (`responseBody`).
+    enum ResponseBody {
+        /// Write the part to the client.
+        case writeBody
+        case other(Action)
+    }
+
+    /// The end of the backend's response (`responseEnd`).
+    enum ResponseEnd {
+        /// The exchange is over: release the backend connection (`reuseBackend`), log, pass on a held read if
+        /// asked, then write the response's end and close after it if `closeClient`.
+        case finish(Exchange, Backend, reuseBackend: Bool, closeClient: Bool, resumeRead: Bool)
+        /// Switch both connections to opaque bytes (the 101 is written once both decoders left).
+        case upgrade(Exchange, Backend, HTTPResponseHead)
+        case other(Action)
     }
 
     private(set) var state: State
@@ -151,7 +180,7 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         return .lease(exchange)
     }
 
-    mutating func requestBody(bytes: Int, now: NIODeadline) -> Action {
+    mutating func requestBody(bytes: Int, now: NIODeadline) -> RequestPart {
         switch state {
         case .awaitingBackend(let exchange):
             exchange.bytesIn += bytes
@@ -166,7 +195,7 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         }
     }
 
-    mutating func requestEnd() -> Action {
+    mutating func requestEnd() -> RequestPart {
         switch state {
         case .awaitingBackend(let exchange):
             exchange.machine.requestEnded()
@@ -265,15 +294,15 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         reused: Bool,
         backendWritable: Bool,
         now: NIODeadline
-    ) -> Action {
+    ) -> Lease {
         guard case .awaitingBackend(let current) = state, current === exchange else {
             // The client left (or the exchange ended) while we waited: hand the connection straight back.
-            if case .success(let backend) = result { return .returnUnused(backend) }
-            return .none
+            if case .success(let backend) = result { return .other(.returnUnused(backend)) }
+            return .other(.none)
         }
         switch result {
         case .failure(let error):
-            return refuse(error, exchange, release: nil, now: now)
+            return .other(refuse(error, exchange, release: nil, now: now))
         case .success(let backend):
             state = .forwarding(exchange, backend)
             let writeContinue = exchange.machine.backendAssigned(reused: reused, headerDeadline: now + timeouts.header)
@@ -283,39 +312,39 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         }
     }
 
-    mutating func responseHead(_ head: HTTPResponseHead, now: NIODeadline) -> Action {
-        guard case .forwarding(let exchange, let backend) = state else { return .none }
+    mutating func responseHead(_ head: HTTPResponseHead, now: NIODeadline) -> ResponseHead {
+        guard case .forwarding(let exchange, let backend) = state else { return .other(.none) }
         switch exchange.machine.responseHead(head) {
         case .forward(let closeClient):
             exchange.status = head.status
             clientNeedsFlush = true
             return .writeHead(exchange, closeClient: closeClient)
         case .holdSwitch:
-            return .none
+            return .other(.none)
         case .refuse(let error):
-            return refuse(error, exchange, release: backend, now: now)
+            return .other(refuse(error, exchange, release: backend, now: now))
         }
     }
 
-    mutating func responseBody(bytes: Int, now: NIODeadline) -> Action {
-        guard case .forwarding(let exchange, let backend) = state else { return .none }
+    mutating func responseBody(bytes: Int, now: NIODeadline) -> ResponseBody {
+        guard case .forwarding(let exchange, let backend) = state else { return .other(.none) }
         guard exchange.machine.responseHeadSent else {
             // A body before any head (or inside a held 101): the backend's framing is broken.
-            return refuse(.backendInvalidResponse, exchange, release: backend, now: now)
+            return .other(refuse(.backendInvalidResponse, exchange, release: backend, now: now))
         }
         exchange.bytesOut += bytes
         clientNeedsFlush = true
         return .writeBody
     }
 
-    mutating func responseEnd(now: NIODeadline) -> Action {
-        guard case .forwarding(let exchange, let backend) = state else { return .none }
+    mutating func responseEnd(now: NIODeadline) -> ResponseEnd {
+        guard case .forwarding(let exchange, let backend) = state else { return .other(.none) }
         switch exchange.machine.responseEnded() {
         case .upgrade where inputEnded:
             // The client's end came before the switch: there is nothing to carry its bytes, and the backend would
             // never learn that end through the glue. A cut, as an unsealed end after a 101 is.
             state = .closing(since: now)
-            return .cut(exchange, outcome: "client_closed", release: backend)
+            return .other(.cut(exchange, outcome: "client_closed", release: backend))
         case .upgrade(let head):
             state = .upgrading
             exchange.status = head.status
@@ -342,7 +371,7 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
                 resumeRead: resumeRead
             )
         case .refuse(let error):
-            return refuse(error, exchange, release: backend, now: now)
+            return .other(refuse(error, exchange, release: backend, now: now))
         }
     }
 

@@ -31,6 +31,10 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// per request cost more than the rest of a small request's bookkeeping.)
     private var timer: Scheduled<Void>?
     private var timerDue: NIODeadline?
+    /// The timer closed the connection: no deadline is left to watch. A channel's close may take effect later than
+    /// the call (an overlay circuit waits for the device's ACK of the answer's end), and a closing deadline that
+    /// stayed due rescheduled the timer at once, again and again: a busy loop on the event loop.
+    private var closeRequested = false
 
     /// How long a connection may take to take its last answer before it is closed anyway: a client that stops
     /// reading must not pin the connection forever.
@@ -90,13 +94,13 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             switch machine.requestBody(bytes: buffer.readableBytes, now: now) {
             case .buffer(let exchange): exchange.buffered.append(.body(.byteBuffer(buffer)))
             case .forward(let backend): backend.write(.body(.byteBuffer(buffer)))
-            case let action: perform(action)
+            case .none: break
             }
         case .end(let trailers):
             switch machine.requestEnd() {
             case .buffer(let exchange): exchange.buffered.append(.end(HeaderRewriter.forwardTrailers(trailers)))
             case .forward(let backend): backend.write(.end(HeaderRewriter.forwardTrailers(trailers)))
-            case let action: perform(action)
+            case .none: break
             }
         }
     }
@@ -155,7 +159,7 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Schedules the timer if the machine's next deadline comes before the one it is scheduled for (or none is).
     private func updateTimer() {
-        guard let next = machine.nextDeadline, let context else { return }
+        guard !closeRequested, let next = machine.nextDeadline, let context else { return }
         if let timerDue, timerDue <= next { return }
         timer?.cancel()
         timerDue = next
@@ -179,12 +183,14 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: Actions
 
-    /// Carries out the actions any event may return; event-specific ones are handled where they arise.
+    /// Carries out what several events may ask for; what only one event returns is handled where it arises.
     private func perform(_ action: Machine.Action) {
         switch action {
         case .none:
             break
         case .close:
+            closeRequested = true
+            cancelTimer()
             context?.close(promise: nil)
         case .respond(let error, let exchange, let backend):
             if let backend { pool?.release(backend, reusable: false) }
@@ -208,27 +214,25 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             pool?.release(backend, reusable: true)
         case .lease(let exchange), .retry(let exchange):
             leaseBackend(for: exchange)
-        case .buffer, .forward, .startForwarding, .writeHead, .writeBody, .finish, .upgrade:
-            // Each carries a part or a write only its event has; handled there.
-            assertionFailure("\(action) is handled by the event that returns it")
         }
     }
 
     private func leaseBackend(for exchange: Exchange) {
         pool?.lease { result in
             let backend = try? result.get()
-            let action = self.machine.leased(
+            let lease = self.machine.leased(
                 exchange,
                 result,
                 reused: (backend?.requestCount ?? 0) > 1,
                 backendWritable: backend?.isWritable ?? false,
                 now: self.now
             )
-            guard case .startForwarding(let exchange, let backend, let writeContinue, let resumeRead) = action else {
+            switch lease {
+            case .startForwarding(let exchange, let backend, let writeContinue, let resumeRead):
+                self.startForwarding(exchange, on: backend, writeContinue: writeContinue, resumeRead: resumeRead)
+            case .other(let action):
                 self.perform(action)
-                return
             }
-            self.startForwarding(exchange, on: backend, writeContinue: writeContinue, resumeRead: resumeRead)
         }
     }
 
@@ -308,13 +312,13 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                     closeAfter: closeClient
                 )
                 context.write(wrapOutboundOut(.head(clientHead)), promise: nil)
-            case let action:
+            case .other(let action):
                 perform(action)
             }
         case .body(let buffer):
             switch machine.responseBody(bytes: buffer.readableBytes, now: now) {
             case .writeBody: context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-            case let action: perform(action)
+            case .other(let action): perform(action)
             }
         case .end(let trailers):
             switch machine.responseEnd(now: now) {
@@ -341,7 +345,7 @@ extension ProxyServerHandler: BackendConnectionDelegate {
                 // exchange is settled, so what the line says is final).
                 accessLog.record(exchange, client: client)
                 if resumeRead { context.read() }
-            case let action:
+            case .other(let action):
                 perform(action)
             }
         }

@@ -1,7 +1,7 @@
 import CSodium
 
-/// libsodium, for what only the older handshake versions need: BLAKE2b and secretstream (docs/architecture.md,
-/// "Crypto"). Only gateways and tests link this target; devices, and everything ILSClient reaches, do not.
+/// libsodium, for what only the older handshake versions need: BLAKE2b and secretstream (docs/design/overlay.md,
+/// "End to end"). Only gateways and tests link this target; devices, and everything ILSClient reaches, do not.
 enum Sodium {
     /// `sodium_init` is idempotent and thread-safe; every entry point calls it first.
     private static let initialized: Bool = sodium_init() >= 0

@@ -2,29 +2,16 @@ import CSQLite
 import ILSCore
 import NIOConcurrencyHelpers
 
-/// A value bound to or read from a SQLite statement.
-enum SQLiteValue: Sendable, Equatable {
-    case integer(Int64)
-    case text(String)
-    case null
+/// SQLite's values are the store's (`ServiceStoreTests` reads rows with this name).
+typealias SQLiteValue = StoreValue
 
-    var text: String? {
-        if case .text(let value) = self { return value }
-        return nil
-    }
-
-    var integer: Int64? {
-        if case .integer(let value) = self { return value }
-        return nil
-    }
-}
-
-/// One SQLite connection, used by one caller at a time, in WAL mode.
+/// One SQLite connection in WAL mode. One transaction at a time: `SQLiteDialect`'s gate, or `init` before anyone else
+/// holds the connection.
 ///
 /// Small on purpose: prepared statements with bound parameters only (never SQL built from input), explicit
 /// transactions, and `PRAGMA user_version` for migrations.
 final class SQLiteDatabase: @unchecked Sendable {
-    // @unchecked: `handle` is only touched while `lock` is held.
+    // @unchecked: `handle` is written once, in `init`, and each statement runs while `lock` is held.
     private let lock = NIOLock()
     private var handle: OpaquePointer?
     let path: String
@@ -49,38 +36,36 @@ final class SQLiteDatabase: @unchecked Sendable {
         sqlite3_close_v2(handle)
     }
 
-    /// Runs `body` with the connection held; nothing else uses it meanwhile.
-    func withConnection<T>(_ body: () throws(ILSError) -> T) throws(ILSError) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body()
-    }
-
-    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so two controllers (or
-    /// two requests) racing on the same row serialise here, and exactly one sees the row unchanged.
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front. Only for a caller that has
+    /// the connection to itself (the migrations at start).
     @discardableResult
     func transaction<T>(_ body: () throws(ILSError) -> T) throws(ILSError) -> T {
-        try withConnection { () throws(ILSError) -> T in
-            try execute("BEGIN IMMEDIATE")
-            let result: T
-            do throws(ILSError) {
-                result = try body()
-                try execute("COMMIT")
-            } catch {
-                _ = try? execute("ROLLBACK")
-                throw error
-            }
-            return result
+        try execute("BEGIN IMMEDIATE")
+        let result: T
+        do throws(ILSError) {
+            result = try body()
+            try execute("COMMIT")
+        } catch {
+            _ = try? execute("ROLLBACK")
+            throw error
         }
+        return result
     }
 
     @discardableResult
     func execute(_ sql: String, _ bindings: [SQLiteValue] = []) throws(ILSError) -> Int {
-        _ = try query(sql, bindings)
-        return Int(sqlite3_changes(handle))
+        try run(sql, bindings).changes
     }
 
     func query(_ sql: String, _ bindings: [SQLiteValue] = []) throws(ILSError) -> [[SQLiteValue]] {
+        try run(sql, bindings).rows
+    }
+
+    /// Runs one statement to its end: its rows, and how many rows it changed.
+    private func run(_ sql: String, _ bindings: [SQLiteValue]) throws(ILSError) -> (rows: [[SQLiteValue]], changes: Int)
+    {
+        lock.lock()
+        defer { lock.unlock() }
         var statement: OpaquePointer?
         guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK else {
             throw storeError("prepare")
@@ -99,7 +84,16 @@ final class SQLiteDatabase: @unchecked Sendable {
             let step = sqlite3_step(statement)
             if step == SQLITE_DONE { break }
             guard step == SQLITE_ROW else {
-                if step == SQLITE_CONSTRAINT { throw ILSError(.invalidArgument, "that would duplicate an entry") }
+                // A duplicate key is a conflict, as PostgreSQL's 23505 is; another broken constraint is the input's.
+                // SQLITE_CONSTRAINT_UNIQUE (2067) and _PRIMARYKEY (1555), spelled as numbers: the C macros are
+                // expressions of other macros.
+                switch sqlite3_extended_errcode(handle) {
+                case 2067, 1555:
+                    throw ILSError(.conflict, "that would duplicate an entry")
+                case let code where code & 0xff == SQLITE_CONSTRAINT:
+                    throw ILSError(.invalidArgument, "that would break a constraint of the store")
+                default: break
+                }
                 throw storeError("step")
             }
             var row: [SQLiteValue] = []
@@ -112,7 +106,7 @@ final class SQLiteDatabase: @unchecked Sendable {
             }
             rows.append(row)
         }
-        return rows
+        return (rows, Int(sqlite3_changes(handle)))
     }
 
     private func storeError(_ phase: String) -> ILSError {

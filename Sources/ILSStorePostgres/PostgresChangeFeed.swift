@@ -19,7 +19,7 @@ public struct ChangeFeedProbe: Sendable {
     public static let standard = ChangeFeedProbe(interval: .seconds(15), bound: .seconds(10))
 }
 
-/// The listening side of `PostgresControllerStore.changes()`: one LISTEN connection at a time, and a probe that replaces
+/// The listening side of `PostgresDialect.changes()`: one LISTEN connection at a time, and a probe that replaces
 /// it when it stops hearing.
 ///
 /// A LISTEN connection can die without a word: a NAT or firewall that forgets the flow, a server backend that hangs,
@@ -90,7 +90,7 @@ struct PostgresChangeFeed: Sendable {
         do {
             try await client.withConnection { connection in
                 attempt.withLockedValue { $0.connection = connection }
-                try await connection.listen(on: PostgresControllerStore.channel) { notifications in
+                try await connection.listen(on: PostgresDialect.channel) { notifications in
                     if announce, !attempt.withLockedValue({ $0.abandoned }) { continuation.yield(.resynchronize) }
                     for try await notification in notifications {
                         let payload = notification.payload
@@ -99,7 +99,7 @@ struct PostgresChangeFeed: Sendable {
                             return attempt.abandoned
                         }
                         if abandoned { return }
-                        if let change = PostgresControllerStore.change(payload) { continuation.yield(change) }
+                        if let change = StoreChange(payload: payload) { continuation.yield(change) }
                     }
                 }
             }

@@ -13,6 +13,9 @@ public import Testing
 ///
 /// `ILS_TEST_CLUSTERS` sets the width (default 2: one cluster per core).
 public struct ClusterExclusiveTrait: TestTrait, SuiteTrait, TestScoping {
+    /// How many slots a test takes: one, or every slot (`clusterAlone`).
+    let alone: Bool
+
     public var isRecursive: Bool { true }
 
     public func provideScope(
@@ -20,21 +23,36 @@ public struct ClusterExclusiveTrait: TestTrait, SuiteTrait, TestScoping {
         testCase: Test.Case?,
         performing function: @Sendable () async throws -> Void
     ) async throws {
-        await ClusterSlots.shared.acquire()
+        // A test of a `clusterExclusive` suite that is itself `clusterAlone` (a heavy test among light ones) gets both
+        // traits: the suite's, inherited, takes nothing, and the test's own takes every slot. Taking one slot and then
+        // the rest could deadlock two such tests, each holding one.
+        if !alone, test.traits.contains(where: { ($0 as? ClusterExclusiveTrait)?.alone == true }) {
+            try await function()
+            return
+        }
+        let slots = alone ? ClusterSlots.configuredWidth : 1
+        await ClusterSlots.shared.acquire(slots)
         do {
             try await function()
         } catch {
-            await ClusterSlots.shared.release()
+            await ClusterSlots.shared.release(slots)
             throw error
         }
-        await ClusterSlots.shared.release()
+        await ClusterSlots.shared.release(slots)
     }
 }
 
 extension Trait where Self == ClusterExclusiveTrait {
     /// This suite's tests start whole systems: at most `ILS_TEST_CLUSTERS` (default 2) such tests run at once in the
     /// process (`ClusterExclusiveTrait`).
-    public static var clusterExclusive: Self { ClusterExclusiveTrait() }
+    public static var clusterExclusive: Self { ClusterExclusiveTrait(alone: false) }
+
+    /// This suite's tests, or this test, load the machine on purpose (floods of circuits or resets, hundreds of held
+    /// circuits, transfers of many MiB): each runs with no other cluster test beside it, whose deadlines it would
+    /// otherwise eat (stop 46's local CI: two tests of services and policies beside the flood of 3,000 resets waited
+    /// more than 10 s for their controller). On a test of a `clusterExclusive` suite it takes the place of the
+    /// suite's trait. docs/testing.md lists the tests that carry it.
+    public static var clusterAlone: Self { ClusterExclusiveTrait(alone: true) }
 }
 
 /// A counting semaphore for tasks, first come first served.
@@ -49,26 +67,29 @@ actor ClusterSlots {
     }
 
     private var free: Int
-    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var waiting: [(slots: Int, continuation: CheckedContinuation<Void, Never>)] = []
 
     init(width: Int) {
         self.free = width
     }
 
-    func acquire() async {
-        if free > 0 {
-            free -= 1
+    /// Takes `slots` (at most the width) once they are free and nobody waits before.
+    func acquire(_ slots: Int) async {
+        if waiting.isEmpty, free >= slots {
+            free -= slots
             return
         }
-        await withCheckedContinuation { waiting.append($0) }
+        await withCheckedContinuation { waiting.append((slots, $0)) }
     }
 
-    /// Hands the slot straight to the longest waiter, so a steady stream of new arrivals cannot starve it.
-    func release() {
-        if waiting.isEmpty {
-            free += 1
-        } else {
-            waiting.removeFirst().resume()
+    /// Hands the slots to the waiters in order of arrival, as far as they go: a test that waits for every slot is
+    /// not overtaken by later arrivals that need one, so it cannot be starved.
+    func release(_ slots: Int) {
+        free += slots
+        while let first = waiting.first, free >= first.slots {
+            waiting.removeFirst()
+            free -= first.slots
+            first.continuation.resume()
         }
     }
 }

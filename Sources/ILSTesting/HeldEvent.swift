@@ -12,7 +12,7 @@ public final class HeldEvent: Sendable {
 
     init() {}
 
-    /// Lets every held (and every future) `/sse-held` stream send its last event.
+    /// Lets every held (and every future) `/sse-held` stream send its last event, and `/bytes?held` body go.
     public func release() {
         let waiters = state.withLockedValue { state in
             state.released = true

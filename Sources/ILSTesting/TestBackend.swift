@@ -8,8 +8,10 @@ public import NIOPosix
 /// it saw, so tests can check the gateway's effect on the backend (disconnects, headers, backpressure).
 ///
 /// Routes: `/health`, `/headers` (echoes request headers, one `name: value` per line), `/sse?n=&interval_ms=`
-/// (Server-Sent Events), `/sse-held?n=` (SSE whose last event waits for `held.release()`), `/plain?n=&interval_ms=` (a streamed `application/octet-stream`), `/bytes?size=`
-/// (deterministic bytes, written only while the socket is writable), `/upload` (answers byte count and SHA-256),
+/// (Server-Sent Events), `/sse-held?n=` (SSE whose last event waits for `held.release()`), `/plain?n=&interval_ms=`
+/// (a streamed `application/octet-stream`), `/bytes?size=` (deterministic bytes, written only while the socket is
+/// writable; `&chunked` without a length, `&held` with the body held until `held.release()`), `/upload` (answers
+/// byte count and SHA-256),
 /// `/slow-headers` (never answers), `/die-mid-stream`, `/close-before-headers`, `/ws` (a protocol switch, then an
 /// echo that greets first).
 public final class TestBackend: Sendable {
@@ -50,7 +52,7 @@ public final class TestBackend: Sendable {
     }
 
     public let record: Record
-    /// Releases the last event of `/sse-held` streams.
+    /// Releases the last event of `/sse-held` streams and the bodies of `/bytes?held`.
     public let held: HeldEvent
     public let port: Int
     private let listener: any Channel

@@ -26,6 +26,8 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var streamFinished = true
     private var context: ChannelHandlerContext?
     private var writingBytes = false
+    /// A `/bytes?held` body not yet released.
+    private var bytesHeld = false
 
     init(record: TestBackend.Record, held: HeldEvent) {
         self.record = record
@@ -124,7 +126,23 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
                 promise: nil
             )
             route = .bytes(remaining: size, offset: 0)
-            writeMoreBytes(context)
+            guard query["held"] != nil else {
+                writeMoreBytes(context)
+                return
+            }
+            // `&held`: the head goes now, the body once the test calls `held.release()`.
+            bytesHeld = true
+            context.flush()
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let eventLoop = context.eventLoop
+            held.whenReleased {
+                eventLoop.execute {
+                    let handler = loopBound.value
+                    handler.bytesHeld = false
+                    guard let context = handler.context else { return }
+                    handler.writeMoreBytes(context)
+                }
+            }
         case "/upload":
             route = .upload(SHA256(), 0)
         case "/slow-headers":
@@ -201,7 +219,7 @@ final class TestBackendHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// reader anywhere downstream shows up here as bytes not written.
     private func writeMoreBytes(_ context: ChannelHandlerContext) {
         // A write can change writability and call back in here; the outer call carries on with the state it sees.
-        guard !writingBytes, case .bytes(var remaining, var offset) = route else { return }
+        guard !writingBytes, !bytesHeld, case .bytes(var remaining, var offset) = route else { return }
         writingBytes = true
         defer { writingBytes = false }
         while remaining > 0 && context.channel.isWritable {

@@ -1,10 +1,10 @@
 import Foundation
-public import ILSClient
 public import ILSController
 public import ILSCore
 import ILSCrypto
 public import ILSFabric
 public import ILSGateway
+public import ILSIdentity
 public import ILSProxy
 public import ILSStore
 public import ILSTunnel
@@ -113,7 +113,9 @@ public final class TestCluster: @unchecked Sendable {
                 state: state,
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
-                circuitOpenTimeout: Self.circuitOpenTimeout,
+                handshakeTimeout: ClusterDeadlines.tlsHandshake,
+                circuitOpenTimeout: ClusterDeadlines.circuitOpen,
+                keepalive: ClusterDeadlines.keepalive,
                 circuitLimits: circuitLimits,
                 rosterInterval: Self.rosterInterval
             )
@@ -136,12 +138,9 @@ public final class TestCluster: @unchecked Sendable {
         preconditionFailure("the last attempt returns or throws")
     }
 
-    /// The admin API, as the admin identity `init` wrote.
-    /// Its deadline stretches with `TestTiming`, as a sanitizer slows the controller it waits for.
+    /// The admin API, as the admin identity `init` wrote, waiting on answers as on events (`patient`).
     public func admin() throws -> ControllerClient {
-        var client = try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json"))
-        client.timeout = TestTiming.scaled(client.timeout)
-        return client
+        try ControllerClient(identityFile: try IdentityFileIO.read("\(directory)/identities/admin.json")).patient
     }
 
     /// The admin client speaking to `controller` only (a replica): the admin file pointed at it, with no list.
@@ -149,9 +148,7 @@ public final class TestCluster: @unchecked Sendable {
         var file = try IdentityFileIO.read("\(directory)/identities/admin.json")
         file.controller = controller.description
         file.controllers = []
-        var client = try ControllerClient(identityFile: file)
-        client.timeout = TestTiming.scaled(client.timeout)
-        return client
+        return try ControllerClient(identityFile: file).patient
     }
 
     /// Waits until replica `index`'s directory holds `attributes` for `identity` and `dial` as the dial policy of
@@ -173,9 +170,8 @@ public final class TestCluster: @unchecked Sendable {
     /// Creates and enrolls an identity through the admin API and the real enrollment client.
     public func enroll(_ name: String, role: IdentityRole, attributes: [String] = []) async throws -> IdentityFile {
         let admin = try admin()
-        let created: ControllerAPI.TokenResponse = try await admin.call(
-            .POST,
-            "/v1/admin/identities",
+        let created = try await admin.call(
+            ControllerRoutes.createIdentity,
             body: ControllerAPI.CreateIdentityRequest(
                 name: name,
                 role: role,
@@ -186,7 +182,8 @@ public final class TestCluster: @unchecked Sendable {
         return try await Enrollment.enroll(
             token: created.token,
             outputPath: "\(directory)/identities/\(name).json",
-            force: false
+            force: false,
+            answerTimeout: ControllerClient.patientTimeout
         ).file
     }
 
@@ -227,8 +224,13 @@ public final class TestCluster: @unchecked Sendable {
             service: service,
             proxy: proxy,
             logger: logger,
-            handshakeTimeout: TestTiming.scaled(E2EResponderHandler.handshakeTimeout),
-            retention: retention ?? CircuitRetention(budget: RetentionBudget(limit: CircuitRetention.defaultTotal))
+            handshakeTimeout: ClusterDeadlines.e2eHandshake,
+            keepalive: ClusterDeadlines.keepalive,
+            retention: retention
+                ?? CircuitRetention(
+                    grace: ClusterDeadlines.resumeGrace,
+                    budget: RetentionBudget(limit: CircuitRetention.defaultTotal)
+                )
         )
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)
@@ -246,6 +248,7 @@ public final class TestCluster: @unchecked Sendable {
             service: service,
             listen: HostPort(host: "127.0.0.1", port: 0),
             allowRemote: false,
+            keepalive: ClusterDeadlines.keepalive,
             retention: CircuitRetention(grace: TestTiming.scaled(.seconds(10))),
             logger: logger
         )
@@ -258,13 +261,6 @@ public final class TestCluster: @unchecked Sendable {
         }
         return port
     }
-
-    /// How long a controller waits for a gateway to take a circuit. Three times the default: no test waits for it to
-    /// pass, and with the whole suite on two cores a gateway answering 100 circuits at once took longer than 5 s once
-    /// (the circuits were then refused and the test failed on a speed it does not test).
-    static let circuitOpenTimeout = TestTiming.scaled(
-        .nanoseconds(ControllerServer.defaultCircuitOpenTimeout.nanoseconds * 3)
-    )
 
     /// How often the cluster's controllers read the controller list and push it to gateways when it changed: short,
     /// so a test waits for a replica to be linked in a fraction of a second rather than a heartbeat interval.
@@ -297,7 +293,9 @@ public final class TestCluster: @unchecked Sendable {
                 state: replica,
                 listen: HostPort(host: "127.0.0.1", port: port),
                 logger: logger,
-                circuitOpenTimeout: Self.circuitOpenTimeout,
+                handshakeTimeout: ClusterDeadlines.tlsHandshake,
+                circuitOpenTimeout: ClusterDeadlines.circuitOpen,
+                keepalive: ClusterDeadlines.keepalive,
                 rosterInterval: Self.rosterInterval
             )
             do {
@@ -349,7 +347,9 @@ public final class TestCluster: @unchecked Sendable {
             state: reloaded,
             listen: HostPort(host: "127.0.0.1", port: controllerPort),
             logger: logger,
-            circuitOpenTimeout: Self.circuitOpenTimeout,
+            handshakeTimeout: ClusterDeadlines.tlsHandshake,
+            circuitOpenTimeout: ClusterDeadlines.circuitOpen,
+            keepalive: ClusterDeadlines.keepalive,
             rosterInterval: Self.rosterInterval
         )
         _ = try await server.start()

@@ -14,7 +14,8 @@ import Glibc
 /// Missing PostgreSQL fails loudly, unless `ILS_SKIP_POSTGRES=1` (then `TestPostgres.skipReason` says why).
 public final class TestPostgres: Sendable {
     public let directory: String
-    public let port: Int
+    /// The server's TCP port on 127.0.0.1 (another one if the first was taken before the server bound it).
+    public var port: Int { chosenPort.withLockedValue { $0 } }
     public static let user = "ils"
     /// A fixed test password: tests check it never appears in a message.
     public static let password = "pg-test-secret-7c1f"
@@ -22,6 +23,7 @@ public final class TestPostgres: Sendable {
     private let binaries: String
     private let asPostgres: Bool
     private let nextDatabase = NIOLockedValueBox(0)
+    private let chosenPort: NIOLockedValueBox<Int>
 
     /// Set when the PostgreSQL tests should not run here (`ILS_SKIP_POSTGRES=1`).
     public static var skipReason: String? {
@@ -71,7 +73,7 @@ public final class TestPostgres: Sendable {
         directory =
             FileManager.default.temporaryDirectory.appendingPathComponent("ils-pg-\(UUID().uuidString.prefix(8))")
             .path
-        port = try TestCluster.freePort()
+        chosenPort = NIOLockedValueBox(try TestCluster.freePort())
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         if asPostgres { try run("/bin/chown", ["postgres:postgres", directory], asServerUser: false) }
         try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
@@ -84,7 +86,18 @@ public final class TestPostgres: Sendable {
                 "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C",
             ]
         )
-        try start()
+        // A free port is a hint, not a reservation: between `freePort` closing it and the server binding it, another
+        // test of this process may take it (a listener of its own on port 0). Then another port, a few times.
+        for attempt in 1...3 {
+            do {
+                try start()
+                return
+            } catch let failure as Failure where attempt < 3 && failure.description.contains("Address already in use") {
+                chosenPort.withLockedValue { $0 = (try? TestCluster.freePort()) ?? $0 }
+                // pg_ctl appends to the log: the next attempt's failure, if any, must be judged by its own lines.
+                try? FileManager.default.removeItem(atPath: "\(directory)/server.log")
+            }
+        }
     }
 
     deinit {
@@ -155,6 +168,15 @@ public final class TestPostgres: Sendable {
     /// The database name in a URL `createDatabase` made.
     public static func databaseName(_ url: String) -> String {
         String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+    }
+
+    /// The postmaster's pid (the first line of its `postmaster.pid`): the process every server process is forked from.
+    public func serverProcessID() throws -> Int32 {
+        let text = Self.text(of: "\(directory)/data/postmaster.pid")
+        guard let line = text.split(separator: "\n").first, let pid = Int32(line) else {
+            throw Failure("PostgreSQL's postmaster.pid in \(directory)/data names no process")
+        }
+        return pid
     }
 
     /// Sends `signal` to one of the server's processes (a backend's pid from `pg_stat_activity`): `SIGSTOP` makes

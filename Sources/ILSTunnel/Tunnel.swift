@@ -1,6 +1,7 @@
-import ILSClient
 public import ILSCore
+import ILSDial
 public import ILSFabric
+import ILSIdentity
 import ILSSplice
 public import Logging
 import NIOConcurrencyHelpers
@@ -45,6 +46,7 @@ public final class Tunnel: Service, Sendable {
         allowedHosts: [String] = [],
         allowedOrigins: [String] = [],
         keepalive: FabricKeepalive = .standard,
+        idle: FabricKeepalive.Idle = .standard,
         retention: CircuitRetention = .standard,
         logger: Logger
     ) throws(ILSError) {
@@ -56,7 +58,7 @@ public final class Tunnel: Service, Sendable {
                     + "give --allow-remote to listen on \(listen.host)"
             )
         }
-        self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive, retention: retention)
+        self.dialer = try OverlayDialer(identity: identity, keepalive: keepalive, idle: idle, retention: retention)
         self.keeper = identityPath.map { IdentityKeeper(path: $0, current: identity) }
         if let identityPath {
             // The cluster's controllers, as circuit answers name them, go into the identity file: the next start
@@ -92,7 +94,7 @@ public final class Tunnel: Service, Sendable {
         do {
             listener = try await ServerBootstrap(group: dialer.eventLoop)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.writeBufferWaterMark, value: WriteBuffers.localConnection)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {

@@ -1,5 +1,5 @@
 import Foundation
-import ILSClient
+import ILSDial
 import ILSFabric
 import NIOCore
 import NIOHTTP1

@@ -1,6 +1,6 @@
 import Foundation
-import ILSClient
 import ILSCore
+import ILSDial
 import ILSIdentity
 import NIOCore
 import NIOHTTP1

@@ -17,12 +17,12 @@ enum PlainRelay {
         let channel = try ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.autoRead, value: false)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { client in
                 ClientBootstrap(group: client.eventLoop)
-                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                     .channelOption(.allowRemoteHalfClosure, value: true)
                     .connect(host: host, port: target)
                     .flatMap { upstream in

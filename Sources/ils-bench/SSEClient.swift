@@ -176,7 +176,7 @@ enum SSERun {
         let loop = group.next()
         let established = loop.makePromise(of: Void.self)
         return ClientBootstrap(group: loop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(.seconds(10))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

@@ -17,6 +17,11 @@ enum ExampleOutput {
         line(text)
     }
 
+    /// A remark that is not part of the answer, on stderr.
+    static func note(_ sentence: String) {
+        FileHandle.standardError.write(Data("ils-client-example: \(sentence)\n".utf8))
+    }
+
     static func fail(_ sentence: String, status: Int32) -> Never {
         FileHandle.standardError.write(Data("ils-client-example: \(sentence)\n".utf8))
         exit(status)

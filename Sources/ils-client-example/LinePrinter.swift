@@ -17,6 +17,14 @@ final class LinePrinter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private var status = 0
     private var errorBody = Data()
     private var finished: CheckedContinuation<Result<Void, ExampleFailure>, Never>?
+    /// Cancel the task once this many lines are printed (`--cancel-after`), and whether it was.
+    private let cancelAfter: Int?
+    private var printed = 0
+    private var cancelled = false
+
+    init(cancelAfter: Int? = nil) {
+        self.cancelAfter = cancelAfter
+    }
 
     private static let clock: DateFormatter = {
         let formatter = DateFormatter()
@@ -52,15 +60,22 @@ final class LinePrinter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             return
         }
         pending.append(data)
-        while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+        while !cancelled, let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
             emit(pending[pending.startIndex..<newline])
             pending.removeSubrange(pending.startIndex...newline)
+            if let cancelAfter, printed >= cancelAfter {
+                cancelled = true
+                dataTask.cancel()
+            }
         }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         let result: Result<Void, ExampleFailure>
-        if let error = error as? URLError {
+        if cancelled, let error = error as? URLError, error.code == .cancelled {
+            ExampleOutput.note("cancelled after \(printed) lines")
+            result = .success(())
+        } else if let error = error as? URLError {
             result = .failure(ExampleFailure(error))
         } else if let error {
             result = .failure(ExampleFailure(sentence: "the request failed: \(error.localizedDescription)", status: 74))
@@ -78,6 +93,7 @@ final class LinePrinter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         var text = String(decoding: line, as: UTF8.self)
         if text.hasSuffix("\r") { text.removeLast() }
         guard !text.isEmpty else { return }
+        printed += 1
         ExampleOutput.line("\(Self.clock.string(from: Date())) \(text)")
     }
 }

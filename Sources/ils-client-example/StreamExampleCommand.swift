@@ -19,7 +19,9 @@ struct StreamExampleCommand: AsyncParsableCommand {
             through ILSClient: end-to-end encrypted to the gateway hosting SERVICE. GET, or POST with --data as a \
             JSON body. Each non-empty line of the answer is printed when it arrives, prefixed with the local arrival \
             time as HH:MM:SS.mmm. An HTTP error from the service prints its body on stderr and exits 76; an overlay \
-            failure prints its reason (identity_blocked, unknown_service, ...) and exits with its status.
+            failure prints its reason (identity_blocked, unknown_service, ...) and exits with its status. The link \
+            state (idle, connecting, ready, stalled, resuming, offline) is printed on stderr as it changes, as \
+            'link: STATE'.
             """
     )
 
@@ -46,8 +48,18 @@ struct StreamExampleCommand: AsyncParsableCommand {
     @Option(help: "Close the overlay connection when nothing arrives this long after its PING. Default: 10s.")
     var keepaliveTimeout = "10s"
 
+    @Option(
+        help: """
+            Cancel the request (URLSessionTask.cancel()) once this many lines are printed, as an app whose user \
+            stops an answer does: the gateway is told (a sealed CANCEL) and ends the backend request at once. Exits \
+            0 after printing "cancelled after N lines" on stderr.
+            """
+    )
+    var cancelAfter: Int?
+
     func validate() throws {
         guard path.hasPrefix("/") else { throw ValidationError("PATH must start with '/', e.g. /claude/stream") }
+        if let cancelAfter, cancelAfter < 1 { throw ValidationError("--cancel-after must be at least 1") }
         guard !service.isEmpty, service.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "/") }) else {
             throw ValidationError("--service must be a service name such as claude-api")
         }
@@ -81,7 +93,13 @@ struct StreamExampleCommand: AsyncParsableCommand {
             request.httpBody = Data(data.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
-        let printer = LinePrinter()
+        // The link state on stderr as it changes ("link: ready", "link: stalled", ...): what an app's UI would show.
+        let states = client.dialer.linkStates
+        let watcher = Task {
+            for await state in states { FileHandle.standardError.write(Data("link: \(state)\n".utf8)) }
+        }
+        defer { watcher.cancel() }
+        let printer = LinePrinter(cancelAfter: cancelAfter)
         let session = URLSession(
             configuration: client.sessionConfiguration(services: [service]),
             delegate: printer,
@@ -89,6 +107,9 @@ struct StreamExampleCommand: AsyncParsableCommand {
         )
         let outcome = await printer.run(session.dataTask(with: request))
         session.invalidateAndCancel()
+        // A cancelled task's CANCEL leaves in the background: exiting first would lose it, and the gateway would let
+        // the backend run on for its grace window.
+        _ = await client.circuitsEnded(within: .seconds(5))
         try outcome.get()
     }
 }

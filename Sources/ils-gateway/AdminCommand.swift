@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import ILSAdmin
-import ILSClient
 import ILSCore
+import ILSIdentity
 
 /// `ils-gateway admin`: talks to the controller's admin API as an admin identity, over mTLS.
 struct AdminCommand: AsyncParsableCommand {
@@ -92,13 +92,13 @@ struct AuditCommand: AsyncParsableCommand {
         if let since {
             from = Int64(Date().timeIntervalSince1970) - (try TimeSpan(parsing: since)).nanoseconds / 1_000_000_000
         }
-        var path = "/v1/admin/audit?since=\(max(from, 0))&limit=\(limit)"
-        if let before { path += "&before=\(before)" }
+        var query = [("since", "\(max(from, 0))"), ("limit", "\(limit)")]
+        if let before { query.append(("before", "\(before)")) }
         // Checked here too, so a bad filter is refused before the controller is asked.
-        var query: [String: String] = [:]
-        for (name, value) in [("actor", actor), ("action", action), ("target", target)] { query[name] = value }
-        path += try ControllerAPI.AuditFilter(query: query).queryParameters
-        let page: ControllerAPI.AuditPage = try await client.call(.GET, path)
+        var filter: [String: String] = [:]
+        for (name, value) in [("actor", actor), ("action", action), ("target", target)] { filter[name] = value }
+        query += try ControllerAPI.AuditFilter(query: filter).queryItems
+        let page = try await client.call(ControllerRoutes.audit, query: query)
         if json {
             try printJSON(page.entries)
         } else {
@@ -140,7 +140,7 @@ struct SessionsCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = try identityOption.client(parent: admin)
-        let gathered = try await ClusterCalls.gather(client, "/v1/admin/sessions", as: [ControllerAPI.Session].self)
+        let gathered = try await ClusterCalls.gather(client, ControllerRoutes.sessions)
         for (controller, error) in gathered.failed {
             sayToStandardError("controller \(controller) did not answer, its sessions are not listed: \(error.reason)")
         }

@@ -1,8 +1,8 @@
 import ArgumentParser
-import ILSClient
 import ILSController
 import ILSCore
 import ILSCrypto
+import ILSIdentity
 
 extension ControllerCommand {
     /// `ils-gateway controller join`: the state directory of a new replica of a running controller.
@@ -44,9 +44,8 @@ extension ControllerCommand {
             }
             let opener = ControllerSecrets.Opener()
             let client = try ControllerClient(identityFile: file)
-            let response: ControllerAPI.JoinResponse = try await client.call(
-                .POST,
-                "/v1/admin/cluster/join",
+            let response = try await client.call(
+                ControllerRoutes.clusterJoin,
                 body: ControllerAPI.JoinRequest(
                     address: address.description,
                     publicKey: Base64URL.encode(opener.publicKey)

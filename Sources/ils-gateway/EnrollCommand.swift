@@ -1,6 +1,6 @@
 import ArgumentParser
-import ILSClient
 import ILSCore
+import ILSIdentity
 
 /// `ils-gateway enroll`: turn a one-time token into an identity file, on the device.
 struct EnrollCommand: AsyncParsableCommand {

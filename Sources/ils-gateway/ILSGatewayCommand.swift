@@ -42,7 +42,9 @@ struct ILSGatewayCommand: AsyncParsableCommand {
             77 permission denied, 79 conflict, 80-88 enrollment refusals
             (see ils-gateway enroll --help), 90-94 config file refused
             (90 missing, 91 unreadable, 92 not YAML, 93 unknown or
-            repeated key, 94 wrong type).
+            repeated key, 94 wrong type), 95-97 a circuit's end-to-end
+            layer (95 handshake, 96 record, 97 window); every code in
+            docs/operations.md, "Exit statuses".
             """,
         version: "0.1.0",
         subcommands: [
@@ -64,8 +66,8 @@ struct ILSGatewayCommand: AsyncParsableCommand {
                 try command.run()
             }
         } catch let error as ILSError {
-            LogWriter.standardError.flushAll()
-            writeToStandardError("ils-gateway: \(error.reason)\n")
+            // The sentence the command ends with is never one a stalled reader of stderr makes the writer drop.
+            LogWriter.standardError.writeFinal(Array("ils-gateway: \(error.reason)\n".utf8))
             systemExit(error.code.exitCode)
         } catch {
             exit(withError: error)

@@ -1,8 +1,8 @@
 public import ArgumentParser
 import Foundation
-import ILSClient
 public import ILSCore
 import ILSCrypto
+import ILSIdentity
 import ILSQRCode
 
 extension IdentityRole: ExpressibleByArgument {}
@@ -58,9 +58,8 @@ struct IdentityCommand: AsyncParsableCommand {
                 $0.trimmingCharacters(in: .whitespaces)
             }.filter { !$0.isEmpty }
             let client = try identityOption.client(parent: identityCommand.admin)
-            let response: ControllerAPI.TokenResponse = try await client.call(
-                .POST,
-                "/v1/admin/identities",
+            let response = try await client.call(
+                ControllerRoutes.createIdentity,
                 body: ControllerAPI.CreateIdentityRequest(
                     name: name,
                     role: role,
@@ -90,7 +89,7 @@ struct IdentityCommand: AsyncParsableCommand {
 
         func run() async throws {
             let client = try identityOption.client(parent: identityCommand.admin)
-            let identities: [IdentityRecord] = try await client.call(.GET, "/v1/admin/identities")
+            let identities = try await client.call(ControllerRoutes.identities)
             if json {
                 try printJSON(identities)
                 return
@@ -130,7 +129,7 @@ struct IdentityCommand: AsyncParsableCommand {
         func run() async throws {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: identityCommand.admin)
-            let identity: IdentityRecord = try await client.call(.GET, "/v1/admin/identities/\(name)")
+            let identity = try await client.call(ControllerRoutes.identity, name: name)
             if json {
                 try printJSON(identity)
                 return
@@ -175,9 +174,9 @@ struct IdentityCommand: AsyncParsableCommand {
                 .filter { !$0.isEmpty }
             for attribute in list { try IdentityName.validate(attribute) }
             let client = try identityOption.client(parent: identityCommand.admin)
-            let identity: IdentityRecord = try await client.call(
-                .PUT,
-                "/v1/admin/identities/\(name)/attributes",
+            let identity = try await client.call(
+                ControllerRoutes.identityAttributes,
+                name: name,
                 body: ControllerAPI.AttributesRequest(attributes: list)
             )
             say(
@@ -204,7 +203,11 @@ struct IdentityCommand: AsyncParsableCommand {
         var name: String
 
         func run() async throws {
-            try await changeState(name, "revoke", identityOption.client(parent: identityCommand.admin))
+            try await changeState(
+                name,
+                ControllerRoutes.revokeIdentity,
+                identityOption.client(parent: identityCommand.admin)
+            )
         }
     }
 
@@ -225,7 +228,11 @@ struct IdentityCommand: AsyncParsableCommand {
         var name: String
 
         func run() async throws {
-            try await changeState(name, "disable", identityOption.client(parent: identityCommand.admin))
+            try await changeState(
+                name,
+                ControllerRoutes.disableIdentity,
+                identityOption.client(parent: identityCommand.admin)
+            )
         }
     }
 
@@ -245,7 +252,11 @@ struct IdentityCommand: AsyncParsableCommand {
         var name: String
 
         func run() async throws {
-            try await changeState(name, "enable", identityOption.client(parent: identityCommand.admin))
+            try await changeState(
+                name,
+                ControllerRoutes.enableIdentity,
+                identityOption.client(parent: identityCommand.admin)
+            )
         }
     }
 
@@ -267,7 +278,7 @@ struct IdentityCommand: AsyncParsableCommand {
         func run() async throws {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: identityCommand.admin)
-            let _: [String: String] = try await client.call(.DELETE, "/v1/admin/identities/\(name)")
+            _ = try await client.call(ControllerRoutes.deleteIdentity, name: name)
             say("deleted identity \(name)")
         }
     }
@@ -295,9 +306,9 @@ struct IdentityCommand: AsyncParsableCommand {
             defer { prepared.abandon() }
             let lifetime = prepared.lifetimeSeconds
             let client = try identityOption.client(parent: identityCommand.admin)
-            let response: ControllerAPI.TokenResponse = try await client.call(
-                .POST,
-                "/v1/admin/identities/\(name)/reissue",
+            let response = try await client.call(
+                ControllerRoutes.reissueIdentity,
+                name: name,
                 body: ControllerAPI.ReissueRequest(tokenLifetimeSeconds: lifetime)
             )
             try emitToken(response, tokenOptions, into: prepared)
@@ -306,9 +317,13 @@ struct IdentityCommand: AsyncParsableCommand {
 }
 
 /// Revoke, disable or enable: one call, one line of output.
-private func changeState(_ name: String, _ verb: String, _ client: ControllerClient) async throws {
+private func changeState(
+    _ name: String,
+    _ route: ControllerRoute<NoBody, IdentityRecord>,
+    _ client: ControllerClient
+) async throws {
     try IdentityName.validate(name)
-    let identity: IdentityRecord = try await client.call(.POST, "/v1/admin/identities/\(name)/\(verb)")
+    let identity = try await client.call(route, name: name)
     say("\(identity.name) is now \(identity.state.rawValue)")
 }
 

@@ -34,4 +34,11 @@ struct KeepaliveOptions: ParsableArguments {
         }
         return FabricKeepalive(interval: .nanoseconds(interval.nanoseconds), timeout: .nanoseconds(timeout.nanoseconds))
     }
+
+    /// `--idle-timeout` (tunnel): how long a device's controller connection stays open with no circuit (0: open).
+    static func idle(_ layers: ConfigLayers, flag: String?) throws(ILSError) -> FabricKeepalive.Idle {
+        guard let raw = layers.string(.idleTimeout, flag: flag) else { return .standard }
+        let span = try TimeSpan(parsing: raw)
+        return FabricKeepalive.Idle(closeAfter: span.nanoseconds == 0 ? nil : .nanoseconds(span.nanoseconds))
+    }
 }

@@ -22,6 +22,17 @@ struct LogOptions: ParsableArguments {
     /// Installs the process-wide log handler and returns the command's logger.
     func bootstrap(label: String, layers: ConfigLayers) throws(ILSError) -> Logger {
         let (level, format) = try resolved(layers)
+        // Lines a stalled reader of stderr made `LogWriter` drop are counted in a line of this command's format.
+        let lineFormat = format.lineFormat
+        LogWriter.standardError.dropNotice { count in
+            LogLine.encode(
+                format: lineFormat,
+                level: "warning",
+                label: label,
+                message: "log lines dropped: standard error's reader did not keep up",
+                fields: [(key: "dropped", value: String(count))]
+            )
+        }
         LoggingSystem.bootstrap { name in
             var handler = ConsoleLogHandler(label: name, format: format.lineFormat)
             handler.logLevel = level
@@ -86,14 +97,16 @@ struct MetricsOptions: ParsableArguments {
     func server(
         logger: Logger,
         layers: ConfigLayers,
-        ready: @escaping @Sendable () -> Bool
+        ready: @escaping @Sendable () -> Bool,
+        beforeScrape: @escaping @Sendable () -> Void = {}
     ) throws(ILSError) -> MetricsServer? {
         guard let metrics = layers.string(.metrics, flag: metrics) else { return nil }
         return try MetricsServer(
             listen: try HostPort(parsing: metrics),
             allowRemote: layers.boolean(.metricsAllowRemote, flag: metricsAllowRemote),
             logger: logger,
-            ready: ready
+            ready: ready,
+            beforeScrape: beforeScrape
         )
     }
 }

@@ -1,6 +1,6 @@
 import ArgumentParser
-import ILSClient
 import ILSCore
+import ILSIdentity
 
 /// `ils-gateway renew`: replace this identity's certificate (and key) before it expires, without a token.
 struct RenewCommand: AsyncParsableCommand {

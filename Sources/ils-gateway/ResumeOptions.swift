@@ -19,10 +19,20 @@ struct ResumeOptions: ParsableArguments {
     @Option(
         help: """
             Overlay gateway: what one circuit keeps of its answer until the device acknowledges it (B, KiB or MiB); \
-            at this bound it stops reading its backend. Default: 1MiB, at most 4MiB.
+            at this bound it stops reading its backend. It is also the circuit's window: a larger one carries a bulk \
+            answer faster. Default: 3MiB; from 640KiB (a device owes an acknowledgement after 256KiB) to \
+            4MiB.
             """
     )
     var resumeBuffer: String?
+
+    @Option(
+        help: """
+            Overlay gateway: what the circuits of one device keep together beyond 640KiB each (KiB, MiB or GiB); a \
+            circuit past 640KiB stops reading its backend while its device is at this bound. Default: 32MiB.
+            """
+    )
+    var resumePerIdentity: String?
 
     @Option(
         help: """
@@ -37,14 +47,32 @@ struct ResumeOptions: ParsableArguments {
         let buffer = try Self.bytes(layers.string(.resumeBuffer, flag: resumeBuffer), name: "--resume-buffer")
         let total = try Self.bytes(layers.string(.resumeTotal, flag: resumeTotal), name: "--resume-total")
         let perCircuit = buffer ?? CircuitRetention.defaultPerCircuit
-        guard perCircuit >= 64 * 1024, perCircuit <= CircuitRetention.maximumPerCircuit else {
-            throw ILSError(.invalidArgument, "--resume-buffer must be between 64KiB and 4MiB")
+        guard perCircuit >= CircuitRetention.minimumPerCircuit, perCircuit <= CircuitRetention.maximumPerCircuit else {
+            throw ILSError(
+                .invalidArgument,
+                "--resume-buffer must be between 640KiB and 4MiB: a device owes an acknowledgement after 256 KiB, and a "
+                    + "smaller buffer could wait a second for each one"
+            )
         }
         let limit = total ?? CircuitRetention.defaultTotal
         guard limit >= perCircuit else {
             throw ILSError(.invalidArgument, "--resume-total must be at least --resume-buffer")
         }
-        return CircuitRetention(grace: grace, perCircuit: perCircuit, budget: RetentionBudget(limit: limit))
+        let perIdentity =
+            try Self.bytes(layers.string(.resumePerIdentity, flag: resumePerIdentity), name: "--resume-per-identity")
+            ?? CircuitRetention.defaultPerIdentity
+        guard perIdentity >= CircuitRetention.minimumPerCircuit else {
+            throw ILSError(
+                .invalidArgument,
+                "--resume-per-identity must be at least 640KiB: each circuit keeps up to 640KiB whatever its device's "
+                    + "bound"
+            )
+        }
+        return CircuitRetention(
+            grace: grace,
+            perCircuit: perCircuit,
+            budget: RetentionBudget(limit: limit, perIdentity: perIdentity)
+        )
     }
 
     /// `--resume-grace` (or its config key), 60 s when unset.

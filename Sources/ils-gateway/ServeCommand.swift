@@ -1,8 +1,8 @@
 import ArgumentParser
-import ILSClient
 import ILSConfig
 import ILSCore
 import ILSGateway
+import ILSIdentity
 import ILSProxy
 import Logging
 
@@ -150,6 +150,9 @@ struct ServeCommand: AsyncParsableCommand {
         let path = layers.string(.identity, flag: identity) ?? "identities/gateway.json"
         var proxy = try proxyConfiguration(layers: layers)
         let service = layers.string(.service, flag: service) ?? "claude-api"
+        // Every option is checked before a file is read: a bad value is refused as such, identity or not.
+        let keepalive = try keepaliveOptions.resolve(layers)
+        let retention = try resumeOptions.resolve(layers)
         let logger = try logOptions.bootstrap(label: "ils-gateway", layers: layers)
         proxy.accessLog = try logOptions.accessLog(label: logger.label, layers: layers)
         let file = try await Renewal.renewIfDue(path: path)
@@ -157,7 +160,8 @@ struct ServeCommand: AsyncParsableCommand {
         let metrics = try metricsOptions.server(
             logger: logger,
             layers: layers,
-            ready: { holder.gateway?.isHosting ?? false }
+            ready: { holder.gateway?.isHosting ?? false },
+            beforeScrape: { holder.gateway?.recordHeldGauges() }
         )
         let gateway = try OverlayGateway(
             identity: file,
@@ -165,8 +169,8 @@ struct ServeCommand: AsyncParsableCommand {
             service: service,
             proxy: proxy,
             logger: logger,
-            keepalive: try keepaliveOptions.resolve(layers),
-            retention: try resumeOptions.resolve(layers)
+            keepalive: keepalive,
+            retention: retention
         )
         logger.info(
             "serving overlay mode (no listening socket)",

@@ -1,8 +1,8 @@
 public import ArgumentParser
 import Foundation
 import ILSAdmin
-import ILSClient
 public import ILSCore
+import ILSIdentity
 
 extension ServicePolicy.Semantic: ExpressibleByArgument {}
 
@@ -90,9 +90,8 @@ struct ServiceCommand: AsyncParsableCommand {
         func run() async throws {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: serviceCommand.admin)
-            let info: ControllerAPI.ServiceInfo = try await client.call(
-                .POST,
-                "/v1/admin/services",
+            let info = try await client.call(
+                ControllerRoutes.createService,
                 body: ControllerAPI.ServiceRequest(
                     name: name,
                     dial: PolicyOptions.policy(policies.dial, policies.dialSemantic, current: nil),
@@ -123,11 +122,7 @@ struct ServiceCommand: AsyncParsableCommand {
 
         func run() async throws {
             let client = try identityOption.client(parent: serviceCommand.admin)
-            let (services, partial) = try await Self.everywhere(
-                client,
-                "/v1/admin/services",
-                as: [ControllerAPI.ServiceInfo].self
-            )
+            let (services, partial) = try await Self.everywhere(client, ControllerRoutes.services)
             let merged = ClusterCalls.mergeServices(services)
             if json {
                 try printJSON(merged)
@@ -147,10 +142,10 @@ struct ServiceCommand: AsyncParsableCommand {
         /// Asks every controller; returns the answers and whether one did not answer (named on stderr).
         static func everywhere<Value: Decodable & Sendable>(
             _ client: ControllerClient,
-            _ path: String,
-            as type: Value.Type
+            _ route: ControllerRoute<NoBody, Value>,
+            name: String? = nil
         ) async throws -> ([Value], partial: Bool) {
-            let gathered = try await ClusterCalls.gather(client, path, as: type)
+            let gathered = try await ClusterCalls.gather(client, route, name: name)
             for (controller, error) in gathered.failed {
                 sayToStandardError("controller \(controller) did not answer: \(error.reason)")
             }
@@ -179,11 +174,7 @@ struct ServiceCommand: AsyncParsableCommand {
         func run() async throws {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: serviceCommand.admin)
-            let (answers, partial) = try await List.everywhere(
-                client,
-                "/v1/admin/services/\(name)",
-                as: ControllerAPI.ServiceInfo.self
-            )
+            let (answers, partial) = try await List.everywhere(client, ControllerRoutes.service, name: name)
             guard var info = answers.first else { throw ILSError(.notFound, "no service named '\(name)'") }
             info.hosts = answers.flatMap(\.hosts)
             if json {
@@ -232,10 +223,10 @@ struct ServiceCommand: AsyncParsableCommand {
                     || policies.bindSemantic != nil
             else { throw ValidationError("give --dial, --bind or their semantics: there is nothing to change") }
             let client = try identityOption.client(parent: serviceCommand.admin)
-            let current: ControllerAPI.ServiceInfo = try await client.call(.GET, "/v1/admin/services/\(name)")
-            let info: ControllerAPI.ServiceInfo = try await client.call(
-                .PUT,
-                "/v1/admin/services/\(name)",
+            let current = try await client.call(ControllerRoutes.service, name: name)
+            let info = try await client.call(
+                ControllerRoutes.updateService,
+                name: name,
                 body: ControllerAPI.ServiceRequest(
                     dial: PolicyOptions.policy(policies.dial, policies.dialSemantic, current: current.dial),
                     bind: PolicyOptions.policy(policies.bind, policies.bindSemantic, current: current.bind),
@@ -266,7 +257,7 @@ struct ServiceCommand: AsyncParsableCommand {
         func run() async throws {
             try IdentityName.validate(name)
             let client = try identityOption.client(parent: serviceCommand.admin)
-            let _: [String: String] = try await client.call(.DELETE, "/v1/admin/services/\(name)")
+            _ = try await client.call(ControllerRoutes.deleteService, name: name)
             say("deleted \(name)")
         }
     }

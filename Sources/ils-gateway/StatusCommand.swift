@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
 import ILSAdmin
-import ILSClient
 import ILSCore
 import ILSCrypto
+import ILSIdentity
 
 /// `ils-gateway status`: who this identity is, and whether the controller accepts it right now.
 struct StatusCommand: AsyncParsableCommand {
@@ -71,7 +71,7 @@ struct StatusCommand: AsyncParsableCommand {
         do {
             // Read-only: `status` never rewrites the file (it may be run with sudo on a service's file).
             let client = try ControllerClient(identityFile: file)
-            let record: IdentityRecord = try await client.call(.GET, "/v1/whoami")
+            let record = try await client.call(ControllerRoutes.whoami)
             report.controllerReachable = true
             report.accepted = true
             report.state = record.state
@@ -109,10 +109,10 @@ struct StatusCommand: AsyncParsableCommand {
     /// be read leaves the report without it: the identity's own check above already answered.
     static func cluster(_ client: ControllerClient, admin: Bool) async -> [ControllerStatus]? {
         guard let controllers = try? await ClusterCalls.controllers(client) else { return nil }
-        let whoami = await ClusterCalls.ask(client, "/v1/whoami", at: controllers, as: IdentityRecord.self)
+        let whoami = await ClusterCalls.ask(client, ControllerRoutes.whoami, at: controllers)
         let sessions =
             admin
-            ? await ClusterCalls.ask(client, "/v1/admin/sessions", at: controllers, as: [ControllerAPI.Session].self)
+            ? await ClusterCalls.ask(client, ControllerRoutes.sessions, at: controllers)
             : []
         return whoami.enumerated().map { index, answer in
             var status = ControllerStatus(

@@ -1,8 +1,8 @@
 import ArgumentParser
-import ILSClient
 import ILSConfig
 import ILSCore
 import ILSFabric
+import ILSIdentity
 import ILSTunnel
 
 /// `ils-gateway tunnel`: a loopback proxy on the device for clients that don't speak the overlay.
@@ -72,6 +72,15 @@ struct TunnelCommand: AsyncParsableCommand {
     )
     var resumeGrace: String?
 
+    @Option(
+        help: """
+            With no circuit open, the controller connection sends no keepalive PING, and after this long it is \
+            closed: an idle tunnel sends nothing at all, and its next request connects again (about two round trips \
+            more). 0 keeps it open (still without PINGs). Default: 15s.
+            """
+    )
+    var idleTimeout: String?
+
     @OptionGroup var keepaliveOptions: KeepaliveOptions
     @OptionGroup var configOptions: ConfigOptions
     @OptionGroup var logOptions: LogOptions
@@ -94,6 +103,7 @@ struct TunnelCommand: AsyncParsableCommand {
             allowedHosts: layers.list(.allowedHosts, flag: allowedHosts),
             allowedOrigins: layers.list(.allowOrigins, flag: allowedOrigins),
             keepalive: try keepaliveOptions.resolve(layers),
+            idle: try KeepaliveOptions.idle(layers, flag: idleTimeout),
             retention: CircuitRetention(grace: try ResumeOptions.grace(layers, flag: resumeGrace)),
             logger: logger
         )

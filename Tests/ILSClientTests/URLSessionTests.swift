@@ -47,7 +47,7 @@ struct URLSessionTests {
         }
     }
 
-    @Test("a 16 MiB upload passes intact, from httpBody and from httpBodyStream")
+    @Test("a 16 MiB upload passes intact, from httpBody and from httpBodyStream", .clusterAlone)
     func upload() async throws {
         try await withClientCluster { cluster in
             let client = try OverlayClient(identity: try await cluster.enroll("tab", role: .device))
@@ -95,7 +95,7 @@ struct URLSessionTests {
     }
     #endif
 
-    @Test("a 16 MiB download arrives intact, in many chunks")
+    @Test("a 16 MiB download arrives intact, in many chunks", .clusterAlone)
     func download() async throws {
         try await withClientCluster { cluster in
             let overlay = OverlaySession(

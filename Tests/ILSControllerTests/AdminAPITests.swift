@@ -4,6 +4,7 @@ import ILSController
 import ILSCore
 import ILSCrypto
 import ILSStore
+import ILSTesting
 import Testing
 
 @Suite("Admin API and controller state")
@@ -84,8 +85,13 @@ struct AdminAPITests {
     func deviceIsNotAdmin() async throws {
         try await ControllerFixture.with { fixture in
             let token = try await fixture.token(for: "ipad")
-            let result = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
-            let device = try ControllerClient(identityFile: result.file)
+            let result = try await Enrollment.enroll(
+                token: token,
+                outputPath: fixture.path("ipad.json"),
+                force: false,
+                answerTimeout: ControllerClient.patientTimeout
+            )
+            let device = try ControllerClient(identityFile: result.file).patient
             await #expect(throws: ILSError.self) {
                 let _: [IdentityRecord] = try await device.call(.GET, "/v1/admin/identities")
             }
@@ -113,7 +119,7 @@ struct AdminAPITests {
                 outputPath: fixture.path("admin2.json"),
                 force: false
             )
-            let newAdmin = try ControllerClient(identityFile: result.file)
+            let newAdmin = try ControllerClient(identityFile: result.file).patient
             let _: [IdentityRecord] = try await newAdmin.call(.GET, "/v1/admin/identities")
             do {
                 let _: [IdentityRecord] = try await oldAdmin.call(.GET, "/v1/admin/identities")
@@ -146,7 +152,12 @@ struct AdminAPITests {
             let token = try await fixture.token(for: "ipad")
             let _: [String: String] = try await fixture.admin.call(.DELETE, "/v1/admin/identities/ipad")
             await #expect(throws: EnrollmentRefusal.unknown.error) {
-                _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
+                _ = try await Enrollment.enroll(
+                    token: token,
+                    outputPath: fixture.path("ipad.json"),
+                    force: false,
+                    answerTimeout: ControllerClient.patientTimeout
+                )
             }
             #expect(!FileManager.default.fileExists(atPath: fixture.path("ipad.json")))
         }
@@ -156,8 +167,20 @@ struct AdminAPITests {
     func auditLog() async throws {
         try await ControllerFixture.with { fixture in
             let token = try await fixture.token(for: "ipad")
-            _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("a.json"), force: false)
-            _ = try? await Enrollment.enroll(token: token, outputPath: fixture.path("b.json"), force: false)
+            _ = try await Enrollment.enroll(
+                token: token,
+                outputPath: fixture.path("a.json"),
+                force: false,
+                answerTimeout: ControllerClient.patientTimeout
+            )
+            _ = try? await Enrollment.enroll(
+                token: token,
+                outputPath: fixture.path("b.json"),
+                force: false,
+                answerTimeout: ControllerClient.patientTimeout
+            )
+            // A refusal's row is queued as its answer goes out (AuditQueue): written once the queue is flushed.
+            await fixture.controller.flushRefusals()
             let entries = try await fixture.state.store.auditEntries(since: 0)
             #expect(entries.contains { $0.action == "identity.create" && $0.target == "ipad" && $0.actor == "admin" })
             #expect(entries.contains { $0.action == "identity.enroll" && $0.target == "ipad" })
@@ -170,9 +193,14 @@ struct AdminAPITests {
     func whoamiAndExpiry() async throws {
         try await ControllerFixture.with { fixture in
             let token = try await fixture.token(for: "ipad")
-            let file = try await Enrollment.enroll(token: token, outputPath: fixture.path("ipad.json"), force: false)
-                .file
-            let device = try ControllerClient(identityFile: file)
+            let file = try await Enrollment.enroll(
+                token: token,
+                outputPath: fixture.path("ipad.json"),
+                force: false,
+                answerTimeout: ControllerClient.patientTimeout
+            )
+            .file
+            let device = try ControllerClient(identityFile: file).patient
             let me: IdentityRecord = try await device.call(.GET, "/v1/whoami")
             #expect(me.name == "ipad")
             #expect(me.lastSeenAt != nil)
@@ -205,10 +233,10 @@ struct AdminAPITests {
             #expect(renewed.privateKey != old.privateKey)
             #expect(fileMode(path) == 0o600)
             #expect(try IdentityFileIO.read(path).certificate == renewed.certificate)
-            let me: IdentityRecord = try await ControllerClient(identityFile: renewed).call(.GET, "/v1/whoami")
+            let me: IdentityRecord = try await ControllerClient(identityFile: renewed).patient.call(.GET, "/v1/whoami")
             #expect(me.certificateFingerprint == (try IdentityCertificate(pem: renewed.certificate)).fingerprint)
             do {
-                let _: IdentityRecord = try await ControllerClient(identityFile: old).call(.GET, "/v1/whoami")
+                let _: IdentityRecord = try await ControllerClient(identityFile: old).patient.call(.GET, "/v1/whoami")
                 Issue.record("the replaced certificate was accepted")
             } catch {
                 #expect((error as? ILSError)?.code == .permissionDenied)

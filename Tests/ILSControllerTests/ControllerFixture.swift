@@ -2,6 +2,7 @@ import Foundation
 import ILSClient
 import ILSController
 import ILSCore
+import ILSTesting
 import Logging
 import NIOPosix
 
@@ -12,8 +13,9 @@ struct ControllerFixture {
     let server: ControllerServer
     let adminPath: String
 
+    /// The admin API, waiting on answers as on events (`patient`).
     var admin: ControllerClient {
-        get throws { try ControllerClient(identityFile: try IdentityFileIO.read(adminPath)) }
+        get throws { try ControllerClient(identityFile: try IdentityFileIO.read(adminPath)).patient }
     }
     var controller: Controller { Controller(state: state) }
 

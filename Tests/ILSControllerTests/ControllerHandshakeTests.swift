@@ -41,7 +41,7 @@ struct ControllerHandshakeTests {
             let client = ControllerClient(
                 address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
                 trust: .pinnedFingerprint(fixture.state.authority.fingerprint)
-            )
+            ).patient
             let info: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
             #expect(info.caCertificate == fixture.state.authority.certificatePEM)
         }

@@ -1,6 +1,7 @@
 import Foundation
 import ILSClient
 import ILSCore
+import ILSTesting
 import Testing
 
 @Suite("Enrollment outputs: reserved before the token is spent, undone on refusal")
@@ -9,10 +10,21 @@ struct EnrollmentOutputTests {
     func refusalLeavesNoDirectories() async throws {
         try await ControllerFixture.with { fixture in
             let token = try await fixture.token(for: "ipad")
-            _ = try await Enrollment.enroll(token: token, outputPath: fixture.path("a.json"), force: false)
+            _ = try await Enrollment.enroll(
+                token: token,
+                outputPath: fixture.path("a.json"),
+                force: false,
+                answerTimeout: ControllerClient.patientTimeout
+            )
             let nested = fixture.path("new/deeper/ipad.json")
             await #expect(throws: EnrollmentRefusal.used.error) {
-                _ = try await Enrollment.enroll(token: token, outputPath: nested, force: false, pem: true)
+                _ = try await Enrollment.enroll(
+                    token: token,
+                    outputPath: nested,
+                    force: false,
+                    pem: true,
+                    answerTimeout: ControllerClient.patientTimeout
+                )
             }
             #expect(!FileManager.default.fileExists(atPath: fixture.path("new")))
         }

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOEmbedded
 import Testing
@@ -243,6 +244,57 @@ struct InboundRecordsTests {
     }
 
     @Test(
+        "a sender that keeps the least it may (640 KiB) has an ACK owed (10 ms) before its bound stops it, whatever its records' size from 256 bytes; at the default (3 MiB) and at an earlier release's (1 MiB, full records) one due at once; 512 KiB would not"
+    )
+    func leastRetentionIsAcknowledgedBeforeItFills() {
+        let allocator = ByteBufferAllocator()
+        enum Ack { case none, owed, atOnce }
+        /// Records of `plaintext` bytes as a sender writes them until what it keeps reaches `bound`
+        /// (`CircuitChannel.write0`: each at its framed buffer's capacity, as NIO rounds it, plus `recordOverhead`;
+        /// then not writable), opened by the receiver one by one: whether an ACK fell due at once before the sender
+        /// stopped, or was owed (it goes within 10 ms), or neither (the ACK of last resort waits 1 s).
+        func acknowledgedBeforeStop(bound: Int, plaintext: Int) -> Ack {
+            let framing = 64 * 1024 - RecordLimits.sealedPlaintext  // length prefix and seal: a full record is 64 KiB
+            let cost = allocator.buffer(capacity: plaintext + framing).capacity + CircuitChannel.recordOverhead
+            var inbound = InboundRecords()
+            let loop = EmbeddedEventLoop()
+            // Its timers (the 1 s and 10 ms ACKs armed on the way) run out at shutdown: left queued, they leak.
+            defer { _ = try? loop.syncShutdownGracefully() }
+            var kept = 0
+            var owed = false
+            while kept < bound {
+                kept += cost
+                _ = inbound.opened(ByteBuffer(repeating: 0, count: plaintext), final: false)
+                if inbound.ackDue(resumable: true, on: loop, later: {}) != nil { return .atOnce }
+                owed = owed || inbound.isOwed
+            }
+            return owed ? .owed : .none
+        }
+        #expect(CircuitRetention().perCircuit == CircuitRetention.defaultPerCircuit)
+        #expect(CircuitRetention(perCircuit: 64 * 1024).perCircuit == CircuitRetention.minimumPerCircuit)
+        // Full records, and records just past each power of two's worth of buffer (their buffer twice their size).
+        let sizes = [
+            RecordLimits.sealedPlaintext, 32_767, 32_748, 16_383, 16_364, 8_172, 4_076, 2_028, 1_004, 492, 256,
+        ]
+        for size in sizes {
+            #expect(
+                acknowledgedBeforeStop(bound: CircuitRetention.minimumPerCircuit, plaintext: size) != .none,
+                "\(size) B"
+            )
+            #expect(
+                acknowledgedBeforeStop(bound: CircuitRetention.defaultPerCircuit, plaintext: size) == .atOnce,
+                "\(size) B"
+            )
+        }
+        // A sender of an earlier release (1 MiB, full records) gets its ACK at once before it stops.
+        #expect(acknowledgedBeforeStop(bound: 1024 * 1024, plaintext: RecordLimits.sealedPlaintext) == .atOnce)
+        // Smaller bounds stop the sender first: 512 KiB for records whose buffer is twice them (a second's wait at
+        // every fill), 256 KiB even for full records.
+        #expect(acknowledgedBeforeStop(bound: 512 * 1024, plaintext: 32_767) == .none)
+        #expect(acknowledgedBeforeStop(bound: 256 * 1024, plaintext: RecordLimits.sealedPlaintext) == .none)
+    }
+
+    @Test(
         "an end that receives only ACKs (a download's sender) acknowledges every 32 of them, so they never fill the peer's bound"
     )
     func acksAreAcknowledged() {
@@ -260,5 +312,66 @@ struct InboundRecordsTests {
         for _ in 0..<InboundRecords.acksPerAck { inbound.openedAck() }
         let old = inbound.ackDue(resumable: false, on: loop) {}
         #expect(old == nil)
+    }
+
+    @Test("16 data records make an ACK due; the peer's ACKs between them do not count toward the 16 (protocol.md)")
+    func acksDoNotHastenTheNextAck() throws {
+        var inbound = InboundRecords()
+        let loop = EmbeddedEventLoop()
+        defer { _ = try? loop.syncShutdownGracefully() }
+        for _ in 0..<(InboundRecords.ackEveryRecords - 1) {
+            _ = inbound.opened(ByteBuffer(string: "x"), final: false)
+            inbound.openedAck()
+        }
+        let early = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(early == nil, "an ACK came due after \(InboundRecords.ackEveryRecords - 1) data records")
+        _ = inbound.opened(ByteBuffer(string: "x"), final: false)
+        // Due now, and waiting for data of this end's to go with (`takeOwed`); the count acknowledged is every record
+        // numbered, the peer's ACKs included.
+        let waits = inbound.ackDue(resumable: true, on: loop) {}
+        #expect(waits == nil)
+        #expect(inbound.takeOwed() == UInt64(2 * InboundRecords.ackEveryRecords - 1))
+        #expect(inbound.takeOwed() == nil)
+    }
+
+    @Test("an ACK due by its 16 records goes with this end's next data, or alone 10 ms later; due by bytes, at once")
+    func owedAckWaitsForData() throws {
+        var inbound = InboundRecords()
+        let loop = EmbeddedEventLoop()
+        defer { _ = try? loop.syncShutdownGracefully() }
+        let fired = NIOLockedValueBox(0)
+        for _ in 0..<InboundRecords.ackEveryRecords { _ = inbound.opened(ByteBuffer(string: "x"), final: false) }
+        #expect(inbound.ackDue(resumable: true, on: loop) { fired.withLockedValue { $0 += 1 } } == nil)
+        loop.advanceTime(by: InboundRecords.owedAckDelay - .milliseconds(1))
+        #expect(fired.withLockedValue { $0 } == 0)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(fired.withLockedValue { $0 } == 1, "no data came: the ACK goes alone after owedAckDelay")
+        // The timer's own call takes it (what the handlers do); then nothing is owed.
+        #expect(inbound.acknowledgeNow() == InboundRecords.ackEveryRecords)
+        #expect(inbound.takeOwed() == nil)
+        // 768 KiB make it due at once, whatever the count.
+        _ = inbound.opened(ByteBuffer(repeating: 0, count: InboundRecords.ackEveryBytes), final: false)
+        #expect(inbound.ackDue(resumable: true, on: loop) {} == InboundRecords.ackEveryRecords + 1)
+    }
+
+    @Test("256 KiB in fewer than 16 records make an ACK owed, as 16 records do: it goes alone 10 ms later, not 1 s")
+    func bytesMakeAnAckOwed() throws {
+        var inbound = InboundRecords()
+        let loop = EmbeddedEventLoop()
+        defer { _ = try? loop.syncShutdownGracefully() }
+        let fired = NIOLockedValueBox(0)
+        let record = InboundRecords.owedAfterBytes / 4
+        for _ in 0..<3 { _ = inbound.opened(ByteBuffer(repeating: 0, count: record), final: false) }
+        #expect(inbound.ackDue(resumable: true, on: loop) { fired.withLockedValue { $0 += 1 } } == nil)
+        loop.advanceTime(by: InboundRecords.owedAckDelay)
+        #expect(fired.withLockedValue { $0 } == 0, "owed before 256 KiB")
+        #expect(inbound.takeOwed() == nil)
+        _ = inbound.opened(ByteBuffer(repeating: 0, count: record), final: false)
+        #expect(inbound.ackDue(resumable: true, on: loop) { fired.withLockedValue { $0 += 1 } } == nil)
+        #expect(inbound.takeOwed() == 4, "256 KiB handed up make an ACK owed, to go with this end's next data")
+        for _ in 0..<4 { _ = inbound.opened(ByteBuffer(repeating: 0, count: record), final: false) }
+        #expect(inbound.ackDue(resumable: true, on: loop) { fired.withLockedValue { $0 += 1 } } == nil)
+        loop.advanceTime(by: InboundRecords.owedAckDelay)
+        #expect(fired.withLockedValue { $0 } == 1, "no data came: the owed ACK goes alone after owedAckDelay")
     }
 }

@@ -112,35 +112,12 @@ extension RecordBatchTests {
         arguments: [true, false]
     )
     func halfCloseSendsWhatWaits(handshakeFirst: Bool) throws {
-        let authority = try CertificateAuthority.create(name: "test CA")
         let received = NIOLockedValueBox((bytes: "", ended: false))
-        let device = EmbeddedChannel(handlers: [
-            StreamEnd(),
-            ByteToMessageHandler(FrameDecoder()),
-            E2EInitiatorHandler(
-                credentials: try TestIdentities.credentials(authority, name: "ipad", role: .device),
-                service: "claude-api"
-            ),
-        ])
-        let gateway = EmbeddedChannel(
-            handlers: [
-                ByteToMessageHandler(FrameDecoder()),
-                E2EResponderHandler(
-                    credentials: try TestIdentities.credentials(authority, name: "gw", role: .gateway),
-                    authorize: { _, _ in .allow },
-                    onEstablished: { channel, _ in
-                        try channel.pipeline.syncOperations.addHandler(Collector(received: received))
-                    }
-                ),
-            ],
-            loop: device.embeddedEventLoop
-        )
+        let (device, gateway) = try Self.connectedEnds(received: received, deviceFirst: [StreamEnd()])
         defer {
             _ = try? device.finish()
             _ = try? gateway.finish()
         }
-        try device.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        try gateway.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
         // Before the handshake is done, the device's writes and its half-close are held for it (the tunnel reads a
         // client's request and end of file together, while the handshake's round trip is still out).
         if handshakeFirst { try Self.pump(device, gateway) }
@@ -164,6 +141,62 @@ extension RecordBatchTests {
         #expect(received.withLockedValue { $0.ended })
         #expect(outcomes.withLockedValue { $0.halfClose } == "succeeded")
         #expect(outcomes.withLockedValue { $0.late } == "failed")
+    }
+
+    @Test("a bulk write seals into records whose buffers are 64 KiB at most, so a kept record costs what it carries")
+    func fullRecordsFitAPowerOfTwo() throws {
+        let received = NIOLockedValueBox((bytes: "", ended: false))
+        let (device, gateway) = try Self.connectedEnds(received: received)
+        defer {
+            _ = try? device.finish()
+            _ = try? gateway.finish()
+        }
+        try Self.pump(device, gateway)
+        let size = 3 * RecordLimits.maximumPlaintext
+        device.writeAndFlush(ByteBuffer(repeating: 0x5A, count: size), promise: nil)
+        var records: [ByteBuffer] = []
+        while let frame = try device.readOutbound(as: ByteBuffer.self) { records.append(frame) }
+        // NIO rounds a buffer up to a power of two: a record of 64 KiB of plaintext would take 128 KiB, which a
+        // resumable circuit keeps (and counts) until the peer acknowledges it.
+        #expect(records.map(\.readableBytes).max() == 64 * 1024)
+        #expect(records.allSatisfy { $0.capacity <= 64 * 1024 }, "\(records.map(\.capacity))")
+        #expect(records.count == (size + RecordLimits.sealedPlaintext - 1) / RecordLimits.sealedPlaintext)
+        for record in records { try gateway.writeInbound(record) }
+        #expect(received.withLockedValue { $0.bytes.utf8.count } == size)
+    }
+
+    /// A device and a gateway end on one embedded loop, connected, the handshake not begun (`pump` runs it); what
+    /// the gateway's side hands up goes to `received`. `deviceFirst` goes in front of the device's handlers.
+    static func connectedEnds(
+        received: NIOLockedValueBox<(bytes: String, ended: Bool)>,
+        deviceFirst: [any ChannelHandler] = []
+    ) throws -> (device: EmbeddedChannel, gateway: EmbeddedChannel) {
+        let authority = try CertificateAuthority.create(name: "test CA")
+        let device = EmbeddedChannel(
+            handlers: deviceFirst + [
+                ByteToMessageHandler(FrameDecoder()),
+                E2EInitiatorHandler(
+                    credentials: try TestIdentities.credentials(authority, name: "ipad", role: .device),
+                    service: "claude-api"
+                ),
+            ]
+        )
+        let gateway = EmbeddedChannel(
+            handlers: [
+                ByteToMessageHandler(FrameDecoder()),
+                E2EResponderHandler(
+                    credentials: try TestIdentities.credentials(authority, name: "gw", role: .gateway),
+                    authorize: { _, _ in .allow },
+                    onEstablished: { channel, _ in
+                        try channel.pipeline.syncOperations.addHandler(Collector(received: received))
+                    }
+                ),
+            ],
+            loop: device.embeddedEventLoop
+        )
+        try device.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try gateway.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
+        return (device, gateway)
     }
 
     /// Moves bytes both ways until neither side has anything left to send.

@@ -51,8 +51,22 @@ struct RelayEndTests {
         #expect(!partner.isActive)
     }
 
-    @Test("a stream that ends without END_STREAM (a reset) closes its partner at once")
-    func resetClosesAtOnce() throws {
+    /// A reset after DATA (a CANCEL record, then RST_STREAM) must not discard that DATA on the partner: the partner
+    /// is reset once it has been written there, or after `resetLinger` if it never is.
+    @Test("a stream that ends without END_STREAM (a reset) closes its partner once the relayed bytes are written")
+    func resetWaitsForTheTail() throws {
+        let (relay, partner, held) = try Self.splice()
+        defer { _ = try? partner.finish(acceptAlreadyClosed: true) }
+        try relay.writeInbound(Self.data("CANCEL", end: false))
+        _ = try? relay.finish(acceptAlreadyClosed: true)
+        #expect(partner.isActive)
+        held.release()
+        relay.embeddedEventLoop.run()
+        #expect(!partner.isActive)
+    }
+
+    @Test("a reset whose relayed bytes are never written closes its partner after the linger")
+    func resetIsBounded() throws {
         let (relay, partner, held) = try Self.splice()
         defer {
             // Held writes keep their promises, and with them the channels, until released.
@@ -60,6 +74,20 @@ struct RelayEndTests {
             _ = try? partner.finish(acceptAlreadyClosed: true)
         }
         try relay.writeInbound(Self.data("part", end: false))
+        // Closed, not `finish`ed: `finish` cancels the embedded loop's scheduled tasks, the linger among them.
+        relay.close(promise: nil)
+        relay.embeddedEventLoop.run()
+        let before = partner.isActive
+        relay.embeddedEventLoop.advanceTime(by: RelayHandler.resetLinger)
+        let after = partner.isActive
+        #expect(before)
+        #expect(!after)
+    }
+
+    @Test("a reset with nothing relayed closes its partner at once")
+    func emptyResetClosesAtOnce() throws {
+        let (relay, partner, _) = try Self.splice()
+        defer { _ = try? partner.finish(acceptAlreadyClosed: true) }
         _ = try? relay.finish(acceptAlreadyClosed: true)
         #expect(!partner.isActive)
     }

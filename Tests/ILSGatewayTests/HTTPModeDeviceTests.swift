@@ -1,7 +1,7 @@
 import Foundation
-import ILSClient
 import ILSCore
 import ILSGateway
+import ILSIdentity
 import ILSProxy
 import ILSStore
 import ILSStorePostgres

@@ -54,6 +54,7 @@ struct PolicyLinkCheckTests {
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         )
         let loop = EmbeddedEventLoop()
+        link.dialling()
         let stream = EmbeddedChannel(handler: link.router(), loop: loop)
         let (devicePEM, _) = try TestIdentities.issue(authority, name: "laptop", role: .device)
         let der = try NIOSSLCertificate(bytes: Array(devicePEM.utf8), format: .pem).toDERBytes()

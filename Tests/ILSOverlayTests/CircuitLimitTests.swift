@@ -13,7 +13,7 @@ import Testing
 /// Issue 37, item 1: one enrolled device cannot deny the overlay to every other. A third review held 16,000
 /// circuits from one device: another device's `/health` failed 12 times in 18, the gateway links were dropped as
 /// silent, and the controller wrote 11,021 log lines.
-@Suite("One device cannot starve the others: per-identity circuit caps", .clusterExclusive)
+@Suite("One device cannot starve the others: per-identity circuit caps", .clusterAlone)
 struct CircuitLimitTests {
     /// A device connection of `identity` made by hand, recording the SETTINGS the controller sent.
     final class RawDevice: Sendable {

@@ -2,8 +2,10 @@ import Crypto
 import Foundation
 import ILSCore
 import ILSFabric
+import ILSGateway
 import ILSProxy
 import ILSTesting
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -71,7 +73,7 @@ struct OverlayTests {
         }
     }
 
-    @Test("100 concurrent circuits carry their payloads intact")
+    @Test("100 concurrent circuits carry their payloads intact", .clusterAlone)
     func concurrentCircuits() async throws {
         try await withCluster { cluster in
             let size = 200 * 1024
@@ -98,7 +100,7 @@ struct OverlayTests {
     /// swift-nio-http2's defaults end a connection after 200 stream resets in 30 s; a circuit's normal abortive end
     /// is a reset, so a busy device (or the gateway behind it) must survive many hang-ups in a row. With the defaults,
     /// the circuit in flight when the 200th reset tears the connection down fails.
-    @Test("300 clients hanging up mid-stream in a row leave every circuit and the overlay working")
+    @Test("300 clients hanging up mid-stream in a row leave every circuit and the overlay working", .clusterAlone)
     func manyHangUps() async throws {
         try await withCluster { cluster in
             for index in 0..<300 {
@@ -113,6 +115,36 @@ struct OverlayTests {
             try await connection.sendRequest("GET", "/health")
             #expect(try await connection.readHead().status == 200)
             await connection.close()
+        }
+    }
+
+    /// A gateway whose `run` task is cancelled stops, as on a graceful shutdown. Its connect loops used to go on: a
+    /// cancelled task's sleeps return at once, so a gateway whose controller was gone redialled it about a thousand
+    /// times a second for as long as the process lived (one such gateway, left by a test, starved a whole suite run).
+    @Test("cancelling a gateway's run stops its connect loops, even while its controller is unreachable")
+    func cancelledRunStops() async throws {
+        try await withCluster { cluster in
+            var file = try await cluster.enroll("gw-gone", role: .gateway)
+            let gone = "https://127.0.0.1:\(try TestCluster.freePort())"
+            file.controller = gone
+            file.controllers = [gone]
+            let gateway = try OverlayGateway(
+                identity: file,
+                service: "claude-api",
+                proxy: ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: 9)),
+                logger: cluster.logger
+            )
+            let returned = NIOLockedValueBox(false)
+            let running = Task {
+                try? await gateway.run()
+                returned.withLockedValue { $0 = true }
+            }
+            #expect(await TestCluster.eventually { !gateway.diallingControllers.isEmpty })
+            running.cancel()
+            // The run returns only once every connect loop has ended.
+            #expect(await TestCluster.eventually { returned.withLockedValue { $0 } })
+            #expect(gateway.diallingControllers.isEmpty)
+            gateway.stop()
         }
     }
 

@@ -141,7 +141,7 @@ struct ReplicaTests {
             var ops = try await cluster.enroll("ops", role: .admin)
             ops.controller = b.description
             ops.controllers = []
-            let listed: [IdentityRecord] = try await ControllerClient(identityFile: ops).call(
+            let listed: [IdentityRecord] = try await ControllerClient(identityFile: ops).patient.call(
                 .GET,
                 "/v1/admin/identities"
             )
@@ -178,7 +178,10 @@ struct ReplicaTests {
             var admin = try IdentityFileIO.read("\(cluster.directory)/identities/admin.json")
             admin.controller = down.description
             admin.controllers = [down.description, a.description]
-            let record: IdentityRecord = try await ControllerClient(identityFile: admin).call(.GET, "/v1/whoami")
+            let record: IdentityRecord = try await ControllerClient(identityFile: admin).patient.call(
+                .GET,
+                "/v1/whoami"
+            )
             #expect(record.name == "admin")
             // Renewal goes through the same client.
             let path = "\(cluster.directory)/identities/admin-failover.json"
@@ -192,7 +195,7 @@ struct ReplicaTests {
             renewed.controller = "https://127.0.0.1:\(hangUp.port)"
             renewed.controllers = [renewed.controller, a.description]
             let refused = await #expect(throws: ILSError.self) {
-                let _: ControllerAPI.TokenResponse = try await ControllerClient(identityFile: renewed).call(
+                let _: ControllerAPI.TokenResponse = try await ControllerClient(identityFile: renewed).patient.call(
                     .POST,
                     "/v1/admin/identities",
                     body: ControllerAPI.CreateIdentityRequest(
@@ -222,7 +225,7 @@ struct ReplicaTests {
             let b = try await cluster.startReplica()
             // A's list names B once A has read its heartbeat (the event waited for: A's roster).
             #expect(await TestCluster.eventually { cluster.state.roster.announced?.count == 2 })
-            let _: [IdentityRecord] = try await ControllerClient(path: path).call(.GET, "/v1/admin/identities")
+            let _: [IdentityRecord] = try await ControllerClient(path: path).patient.call(.GET, "/v1/admin/identities")
             let learned = try IdentityFileIO.read(path)
             #expect(Set(learned.controllerAddresses) == [a, b])
             #expect(learned.controller == a.description)
@@ -230,7 +233,7 @@ struct ReplicaTests {
 
             await cluster.controller.shutdown()
             try await cluster.syncReplicas()
-            let revoked: IdentityRecord = try await ControllerClient(path: path).call(
+            let revoked: IdentityRecord = try await ControllerClient(path: path).patient.call(
                 .POST,
                 "/v1/admin/identities/phone/revoke"
             )
@@ -251,12 +254,17 @@ struct ReplicaTests {
             let stored = FileIdentityStore(path: "\(cluster.directory)/identities/phone-app.json")
             try stored.save(phone)
 
-            // One request through A: its circuit answer names B, and the app's store keeps it.
+            // One request through A: its circuit answer names B, and the app's store keeps it. The store is written
+            // off the connection's event loop, after the answer (`onControllersLearned`): the test waits for that
+            // write, the event, not for the body's end (stop 46's CI read the file a moment before it).
             let client = try OverlayClient(store: stored)
             let response = try await client.stream(URLRequest(url: URL(string: "http://claude-api/health")!))
             for try await _ in response.body {}
-            let learned = try #require(try stored.load())
-            #expect(Set(learned.controllerAddresses) == [a, b])
+            #expect(
+                await TestCluster.eventually {
+                    (try? stored.load()).flatMap { $0.map { Set($0.controllerAddresses) } } == [a, b]
+                }
+            )
 
             // A goes away: the next launch, from the store, reaches the service through B.
             await cluster.controller.shutdown()

@@ -93,6 +93,7 @@ struct ServicePolicyTests {
             )
             let running = Task { try await gateway.run() }
             defer {
+                gateway.stop()
                 running.cancel()
                 Task { await backend.stop() }
             }

@@ -20,7 +20,7 @@ struct BackendConnectionTests {
             $0.eventLoop.makeSucceededVoidFuture()
         }.get()
         #expect(try await channel.getOption(.maxMessagesPerRead).get() == 1)
-        #expect(try await channel.getOption(.socketOption(.tcp_nodelay)).get() != 0)
+        #expect(try await channel.getOption(.tcpOption(.tcp_nodelay)).get() != 0)
         try await channel.close()
         try await listener.close()
         try await group.shutdownGracefully()

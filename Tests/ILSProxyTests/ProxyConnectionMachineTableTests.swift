@@ -103,20 +103,50 @@ struct ProxyConnectionMachineTableTests {
         case .lease: "lease"
         case .respond(let error, _, let backend): "respond(\(error.code)\(backend == nil ? "" : ", release"))"
         case .cut(_, let outcome, let backend): "cut(\(outcome)\(backend == nil ? "" : ", release"))"
-        case .buffer: "buffer"
-        case .forward: "forward"
         case .flushBackend: "flushBackend"
-        case .startForwarding(_, _, let writeContinue, let resumeRead):
-            "startForwarding(\(writeContinue ? "continue" : "-"), \(resumeRead ? "resume" : "-"))"
         case .returnUnused: "returnUnused"
-        case .writeHead(_, let closeClient): "writeHead(\(closeClient ? "close" : "keep"))"
-        case .writeBody: "writeBody"
-        case .finish(_, _, let reuse, let close, let resume):
-            "finish(\(reuse ? "reuse" : "drop"), \(close ? "close" : "keep"), \(resume ? "resume" : "-"))"
-        case .upgrade: "upgrade"
         case .retry: "retry"
         case .abandon(_, let backend): "abandon\(backend == nil ? "" : "(release)")"
         case .setBackendReads(_, let allowed): "setBackendReads(\(allowed))"
+        }
+    }
+
+    static func name(_ part: Machine.RequestPart) -> String {
+        switch part {
+        case .none: "none"
+        case .buffer: "buffer"
+        case .forward: "forward"
+        }
+    }
+
+    static func name(_ lease: Machine.Lease) -> String {
+        switch lease {
+        case .startForwarding(_, _, let writeContinue, let resumeRead):
+            "startForwarding(\(writeContinue ? "continue" : "-"), \(resumeRead ? "resume" : "-"))"
+        case .other(let action): name(action)
+        }
+    }
+
+    static func name(_ head: Machine.ResponseHead) -> String {
+        switch head {
+        case .writeHead(_, let closeClient): "writeHead(\(closeClient ? "close" : "keep"))"
+        case .other(let action): name(action)
+        }
+    }
+
+    static func name(_ body: Machine.ResponseBody) -> String {
+        switch body {
+        case .writeBody: "writeBody"
+        case .other(let action): name(action)
+        }
+    }
+
+    static func name(_ end: Machine.ResponseEnd) -> String {
+        switch end {
+        case .finish(_, _, let reuse, let close, let resume):
+            "finish(\(reuse ? "reuse" : "drop"), \(close ? "close" : "keep"), \(resume ? "resume" : "-"))"
+        case .upgrade: "upgrade"
+        case .other(let action): name(action)
         }
     }
 

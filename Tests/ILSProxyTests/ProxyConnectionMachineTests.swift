@@ -6,7 +6,7 @@ import Testing
 @testable import ILSProxy
 
 /// A client connection's lifecycle, driven through `ProxyConnectionMachine` alone with a stand-in backend: one test
-/// per transition (T1–T20 in docs/architecture.md, "The data path"). Actions and states are compared by name
+/// per transition (T1–T21 in docs/design/data-path.md). Actions and states are compared by name
 /// (`ProxyConnectionMachineTableTests.name`), with "release" when a backend connection is released.
 @Suite("ProxyConnectionMachine: one client connection's lifecycle")
 struct ProxyConnectionMachineTests {
@@ -65,6 +65,11 @@ struct ProxyConnectionMachineTests {
     typealias Table = ProxyConnectionMachineTableTests
 
     static func name(_ action: Machine.Action) -> String { Table.name(action) }
+    static func name(_ part: Machine.RequestPart) -> String { Table.name(part) }
+    static func name(_ lease: Machine.Lease) -> String { Table.name(lease) }
+    static func name(_ head: Machine.ResponseHead) -> String { Table.name(head) }
+    static func name(_ body: Machine.ResponseBody) -> String { Table.name(body) }
+    static func name(_ end: Machine.ResponseEnd) -> String { Table.name(end) }
 
     static func name(_ state: Machine.State) -> String { Table.name(state) }
 
@@ -80,12 +85,38 @@ struct ProxyConnectionMachineTests {
     static func backend(_ action: Machine.Action) -> Backend? {
         switch action {
         case .respond(_, _, let backend), .cut(_, _, let backend), .abandon(_, let backend): backend
-        case .forward(let backend), .flushBackend(let backend), .returnUnused(let backend): backend
-        case .startForwarding(_, let backend, _, _), .finish(_, let backend, _, _, _), .upgrade(_, let backend, _):
-            backend
-        case .setBackendReads(let backend, _): backend
-        case .none, .close, .lease, .buffer, .writeHead, .writeBody, .retry: nil
+        case .flushBackend(let backend), .returnUnused(let backend), .setBackendReads(let backend, _): backend
+        case .none, .close, .lease, .retry: nil
         }
+    }
+
+    static func backend(_ part: Machine.RequestPart) -> Backend? {
+        if case .forward(let backend) = part { return backend }
+        return nil
+    }
+
+    static func backend(_ lease: Machine.Lease) -> Backend? {
+        switch lease {
+        case .startForwarding(_, let backend, _, _): backend
+        case .other(let action): backend(action)
+        }
+    }
+
+    static func backend(_ end: Machine.ResponseEnd) -> Backend? {
+        switch end {
+        case .finish(_, let backend, _, _, _), .upgrade(_, let backend, _): backend
+        case .other(let action): backend(action)
+        }
+    }
+
+    static func backend(_ head: Machine.ResponseHead) -> Backend? {
+        if case .other(let action) = head { return backend(action) }
+        return nil
+    }
+
+    static func backend(_ body: Machine.ResponseBody) -> Backend? {
+        if case .other(let action) = body { return backend(action) }
+        return nil
     }
 
     // MARK: T1–T4: a request head

@@ -95,54 +95,6 @@ struct ProxyFailureTests {
         }
     }
 
-    /// Timers are lazy (a request moves the deadline, the timer looks at it when it fires): the idle timeout counts
-    /// from the end of the last response, not from when the connection first went idle.
-    ///
-    /// A 10 s timeout and 6 s pauses: the second request comes past the timeout counted from accept, and within it
-    /// counted from the first response. Whether a run shows that depends on the sleeps keeping time, which a loaded
-    /// machine does not promise (a 6 s sleep overran by 4 s in CI of session 24), so each attempt measures its own
-    /// gaps and counts only if they came out as planned; one that did not is tried again, up to three times.
-    @Test("the idle timeout starts again after every response")
-    func idleTimeoutRestartsAfterEachResponse() async throws {
-        let timeout = TestTiming.scaled(Duration.seconds(10))
-        let pause = TestTiming.scaled(Duration.seconds(6))
-        let slack = TestTiming.scaled(Duration.seconds(1))
-        let clock = ContinuousClock()
-        var conclusive = false
-        for _ in 0..<3 where !conclusive {
-            try await ProxyFixture.with(configure: {
-                $0.proxy.clientIdleTimeout = TestTiming.scaled(TimeSpan.seconds(10))
-            }) { fixture in
-                let connection = try await fixture.connect()
-                let accepted = clock.now
-                // Sleep: an idle pause on the connection is what the idle timeout counts; no event stands for it.
-                try await Task.sleep(for: pause)
-                guard clock.now - accepted < timeout - slack else {
-                    await connection.close()
-                    return
-                }
-                try await connection.sendRequest("GET", "/health")
-                #expect(try await connection.readHead().status == 200)
-                _ = try await connection.readBody()
-                let answered = clock.now
-                // Sleep: the second idle pause, past the timeout counted from accept; the pause is the test.
-                try await Task.sleep(for: pause)
-                let sent = clock.now
-                // Past the timeout from accept, within it from the answer: else this attempt shows nothing.
-                guard sent - accepted > timeout + slack, sent - answered < timeout - slack else {
-                    await connection.close()
-                    return
-                }
-                conclusive = true
-                try await connection.sendRequest("GET", "/health")
-                #expect(try await connection.readHead().status == 200)
-                _ = try await connection.readBody()
-                await connection.close()
-            }
-        }
-        #expect(conclusive, "the machine stalled in every attempt; nothing was shown either way")
-    }
-
     @Test("an idle keep-alive client connection is closed after the idle timeout")
     func idleClientIsClosed() async throws {
         // The idle clock starts at accept: the request is sent on connect, or on a loaded machine the server could

@@ -44,7 +44,7 @@ struct ProxyStreamingTests {
         }
     }
 
-    @Test("64 MiB down arrive intact, with Content-Length and chunked")
+    @Test("64 MiB down arrive intact, with Content-Length and chunked", .clusterAlone)
     func largeDownload() async throws {
         try await ProxyFixture.with { fixture in
             let size = 64 * 1024 * 1024
@@ -67,7 +67,7 @@ struct ProxyStreamingTests {
         }
     }
 
-    @Test("24 MiB up arrive intact, with Content-Length and chunked")
+    @Test("24 MiB up arrive intact, with Content-Length and chunked", .clusterAlone)
     func largeUpload() async throws {
         try await ProxyFixture.with { fixture in
             let size = 24 * 1024 * 1024

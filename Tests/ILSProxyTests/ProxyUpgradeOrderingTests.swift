@@ -41,93 +41,37 @@ struct ProxyUpgradeOrderingTests {
         }
     }
 
-    struct Setup {
-        let loop: EmbeddedEventLoop
-        let client: EmbeddedChannel
-        let backends: NIOLockedValueBox<[EmbeddedChannel]>
-
-        var backend: EmbeddedChannel { backends.withLockedValue { $0[0] } }
-
-        static func make(clientAnswer: ByteBuffer?) throws -> Setup {
-            let loop = EmbeddedEventLoop()
-            let backends = NIOLockedValueBox<[EmbeddedChannel]>([])
-            let configuration = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: 8000))
-            let pools = BackendPool(configuration: configuration, loopCount: 1) { _, _, initialize in
-                let backend = EmbeddedChannel(loop: loop)
-                backends.withLockedValue { $0.append(backend) }
-                return initialize(backend).flatMap {
-                    backend.connect(to: try! SocketAddress(ipAddress: "127.0.0.1", port: 8000))
-                }.map { backend }
-            }
-            let core = ProxyCore(
-                configuration: configuration,
-                logger: .init(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                pools: pools
-            )
-            let client = EmbeddedChannel(loop: loop)
-            if let clientAnswer { try client.pipeline.syncOperations.addHandler(InstantAnswer(clientAnswer)) }
-            try core.configureClientPipeline(
-                client.pipeline.syncOperations,
-                client: ClientContext(
-                    remoteAddress: try SocketAddress(ipAddress: "192.0.2.1", port: 40000),
-                    scheme: .https,
-                    identity: PeerIdentity(id: "id-laptop", name: "laptop")
-                )
-            )
-            _ = client.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 443))
-            return Setup(loop: loop, client: client, backends: backends)
-        }
-
-        /// Sends the upgrade request and lets the backend answer it with `answer`, in one read.
-        func upgrade(answer: String) throws {
-            try client.writeInbound(upgradeRequest)
-            loop.run()
-            #expect(backends.withLockedValue { $0.count } == 1)
-            #expect(String(decoding: try Self.drain(backend), as: UTF8.self).hasPrefix("GET /ws HTTP/1.1\r\n"))
-            try backend.writeInbound(ByteBuffer(string: answer))
-            loop.run()
-        }
-
-        /// Everything flushed on `channel` so far.
-        static func drain(_ channel: EmbeddedChannel) throws -> [UInt8] {
-            var bytes: [UInt8] = []
-            while let part = try channel.readOutbound(as: IOData.self) {
-                if case .byteBuffer(let buffer) = part { bytes += buffer.readableBytesView }
-            }
-            return bytes
-        }
-
-        func finish() throws {
-            _ = try client.finish(acceptAlreadyClosed: true)
-            for backend in backends.withLockedValue({ $0 }) { _ = try backend.finish(acceptAlreadyClosed: true) }
-            try loop.syncShutdownGracefully()
-        }
+    /// Sends the upgrade request and lets the backend answer it with `answer`, in one read.
+    static func upgrade(_ setup: EmbeddedProxy, answer: String) throws {
+        let sent = try setup.exchange(upgradeRequest, answer: answer)
+        #expect(setup.backends.withLockedValue { $0.count } == 1)
+        #expect(sent.hasPrefix("GET /ws HTTP/1.1\r\n"))
     }
 
     @Test("the client's first frame, arriving before the loop runs what the 101 queued, reaches the backend")
     func clientFrameRightAfterTheSwitch() throws {
         let frame = ByteBuffer(bytes: [0x82, 0x84, 1, 2, 3, 4, 0x70, 0x6B, 0x6D, 0x63])
-        let setup = try Setup.make(clientAnswer: frame)
-        try setup.upgrade(answer: Self.switching)
-        let toClient = String(decoding: try Setup.drain(setup.client), as: UTF8.self)
+        let setup = try EmbeddedProxy.make(clientHandler: InstantAnswer(frame))
+        try Self.upgrade(setup, answer: Self.switching)
+        let toClient = String(decoding: try EmbeddedProxy.drain(setup.client), as: UTF8.self)
         #expect(toClient.hasPrefix("HTTP/1.1 101"))
-        #expect(try Setup.drain(setup.backend) == Array(frame.readableBytesView))
+        #expect(try EmbeddedProxy.drain(setup.backend) == Array(frame.readableBytesView))
         #expect(setup.client.isActive && setup.backend.isActive)
         try setup.finish()
     }
 
     @Test("bytes the backend sends in the same read as its 101 are flushed to the client at once")
     func backendBytesWithThe101AreFlushed() throws {
-        let setup = try Setup.make(clientAnswer: nil)
-        try setup.upgrade(answer: Self.switching + "hello\n")
-        let toClient = String(decoding: try Setup.drain(setup.client), as: UTF8.self)
+        let setup = try EmbeddedProxy.make()
+        try Self.upgrade(setup, answer: Self.switching + "hello\n")
+        let toClient = String(decoding: try EmbeddedProxy.drain(setup.client), as: UTF8.self)
         #expect(toClient.hasPrefix("HTTP/1.1 101"))
         #expect(toClient.hasSuffix("\r\n\r\nhello\n"))
         // And the switched connection carries bytes both ways.
         try setup.client.writeInbound(ByteBuffer(string: "ping"))
-        #expect(String(decoding: try Setup.drain(setup.backend), as: UTF8.self) == "ping")
+        #expect(String(decoding: try EmbeddedProxy.drain(setup.backend), as: UTF8.self) == "ping")
         try setup.backend.writeInbound(ByteBuffer(string: "pong"))
-        #expect(String(decoding: try Setup.drain(setup.client), as: UTF8.self) == "pong")
+        #expect(String(decoding: try EmbeddedProxy.drain(setup.client), as: UTF8.self) == "pong")
         try setup.finish()
     }
 
@@ -135,14 +79,14 @@ struct ProxyUpgradeOrderingTests {
     /// end of stream. The client still gets the 101 and the close, never a hang.
     @Test("a backend that sends its 101 and closes at once: the client gets the 101, then the close")
     func backendClosingRightAfterThe101() throws {
-        let setup = try Setup.make(clientAnswer: nil)
+        let setup = try EmbeddedProxy.make()
         try setup.client.writeInbound(Self.upgradeRequest)
         setup.loop.run()
-        _ = try Setup.drain(setup.backend)
+        _ = try EmbeddedProxy.drain(setup.backend)
         try setup.backend.writeInbound(ByteBuffer(string: Self.switching + "bye\n"))
         _ = setup.backend.close(mode: .all)
         setup.loop.run()
-        let toClient = String(decoding: try Setup.drain(setup.client), as: UTF8.self)
+        let toClient = String(decoding: try EmbeddedProxy.drain(setup.client), as: UTF8.self)
         #expect(toClient.hasPrefix("HTTP/1.1 101"))
         #expect(!setup.client.isActive)
         try setup.finish()

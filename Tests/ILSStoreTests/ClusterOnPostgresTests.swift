@@ -1,8 +1,8 @@
 import Foundation
-import ILSClient
 import ILSController
 import ILSCore
 import ILSCrypto
+import ILSIdentity
 import ILSStore
 import ILSStorePostgres
 import ILSTesting

@@ -151,21 +151,36 @@ class ManagedProcess:
     def wait_for_log(self, text: str, timeout: float = STARTUP_TIMEOUT_S) -> float:
         """Polls the log until it contains `text`; returns the seconds waited. Fails if the process exits first."""
         started = time.monotonic()
-        while time.monotonic() - started < timeout:
-            if text in self.full_log():
-                return time.monotonic() - started
-            if not self.alive():
+        self.wait_for_log_count(text, timeout=timeout)
+        return time.monotonic() - started
+
+    def wait_for_log_count(
+        self, text: str, count: int = 1, after: int = 0, timeout: float = STARTUP_TIMEOUT_S
+    ) -> str:
+        """Polls the log past its first `after` characters until `text` occurs at least `count` times; returns that
+        part of the log. Fails if the process exits first or `timeout` passes.
+
+        The binary writes its log lines from a thread of their own, a little after the event that caused them: a test
+        waits for a line with this before asserting on its content or on how many there are."""
+        deadline = time.monotonic() + timeout
+        while True:
+            exited = not self.alive()  # before reading: a line written just before the exit is still seen
+            log = self.full_log()[after:]
+            if log.count(text) >= count:
+                return log
+            if exited:
                 pytest.fail(
-                    f"{self.name} exited with code {self.proc.returncode} before logging {text!r}.\n"
-                    f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
+                    f"{self.name} exited with code {self.proc.returncode} before logging "
+                    f"{text!r} {count} time(s).\ncommand: {' '.join(self.args)}\noutput:\n{self.logs()}",
+                    pytrace=False,
+                )
+            if time.monotonic() >= deadline:
+                pytest.fail(
+                    f"{self.name} did not log {text!r} {count} time(s) within {timeout:.0f} s (seen {log.count(text)})."
+                    f"\ncommand: {' '.join(self.args)}\noutput:\n{self.logs()}",
                     pytrace=False,
                 )
             time.sleep(0.05)
-        pytest.fail(
-            f"{self.name} did not log {text!r} within {timeout:.0f} s.\n"
-            f"command: {' '.join(self.args)}\noutput:\n{self.logs()}",
-            pytrace=False,
-        )
 
     def wait_for_port(self, port: int, timeout: float = STARTUP_TIMEOUT_S, host: str = "127.0.0.1") -> None:
         deadline = time.monotonic() + timeout
@@ -562,14 +577,17 @@ def gateway_factory(ils_bin: Path, mode: str, certs: Certs, work_dir: Path) -> I
 
 
 @pytest.fixture(autouse=True)
-def _hang_guard() -> Iterator[None]:
-    """Turns a hung test into a failure. Every operation has its own timeout; this is the backstop."""
+def _hang_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Turns a hung test into a failure. Every operation has its own timeout; this is the backstop. A test whose
+    claim is itself a length of time (`@pytest.mark.hang_limit(SECONDS)`) gets that much more."""
+    marker = request.node.get_closest_marker("hang_limit")
+    limit = TEST_HANG_LIMIT_S + (int(marker.args[0]) if marker else 0)
 
     def on_alarm(signum, frame):
-        raise TimeoutError(f"test still running after {TEST_HANG_LIMIT_S} s")
+        raise TimeoutError(f"test still running after {limit} s")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_HANG_LIMIT_S)
+    signal.alarm(limit)
     try:
         yield
     finally:

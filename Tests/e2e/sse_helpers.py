@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import httpx
 
@@ -71,6 +71,20 @@ def timed_lines(response: httpx.Response, deadline_s: float = 20.0) -> Iterator[
             raise AssertionError(f"stream still open after {deadline_s} s")
 
 
+def read_timed_lines(stream: Any, emit: Callable[[float, str], None]) -> None:
+    """Reads an unbuffered pipe to its end, calling `emit(arrival time, line)` for each line as it arrives."""
+    buffer = b""
+    while True:
+        chunk = stream.read(4096)  # unbuffered: returns what has arrived, no waiting for a full block
+        if not chunk:
+            break
+        now = time.time()
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            emit(now, line.rstrip(b"\r").decode(errors="replace"))
+
+
 def process_timed_lines(
     args: list[str], timeout: float, **popen: Any
 ) -> tuple[int, list[tuple[float, str]], str]:
@@ -79,20 +93,8 @@ def process_timed_lines(
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
                             **popen)
     lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
-
-    def reader() -> None:
-        buffer = b""
-        while True:
-            chunk = proc.stdout.read(4096)  # unbuffered: returns what has arrived, no waiting for a full block
-            if not chunk:
-                break
-            now = time.time()
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                lines.put((now, line.rstrip(b"\r").decode()))
-
-    t = threading.Thread(target=reader, daemon=True)
+    t = threading.Thread(target=read_timed_lines, args=(proc.stdout, lambda at, line: lines.put((at, line))),
+                         daemon=True)
     t.start()
     t.join(timeout)
     if t.is_alive():

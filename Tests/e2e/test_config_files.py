@@ -74,6 +74,27 @@ def test_bad_values_are_refused(ils_bin: Path, tmp: Path, text: str, status: int
     refused(run(ils_bin, "serve", "--config", str(config), cwd=tmp), status, str(config), phrase)
 
 
+@pytest.mark.parametrize("size", ["512KiB", "8MiB"])
+def test_resume_buffer_out_of_range_is_refused_before_any_file_is_read(ils_bin: Path, tmp: Path, size: str) -> None:
+    """Below 640 KiB a circuit could fill before the device owes an ACK and wait for its ACK of last resort, 1 s
+    later, at every fill (a download through 64 KiB went at 64 KiB a second); above 4 MiB a device may refuse the
+    circuit. The option is checked before the identity file is read: its own refusal, not "no identity file"."""
+    refused(run(ils_bin, "serve", "--resume-buffer", size, cwd=tmp), 64,
+            "--resume-buffer must be between 640KiB and 4MiB")
+    assert list(tmp.iterdir()) == [], "a refusal wrote something"
+
+
+def test_resume_per_identity_below_a_circuit_floor_is_refused(ils_bin: Path, tmp: Path) -> None:
+    """Each circuit keeps up to 640 KiB whatever its device's bound, so a smaller bound per identity would not hold.
+    From the config file too, by its key."""
+    refused(run(ils_bin, "serve", "--resume-per-identity", "512KiB", cwd=tmp), 64,
+            "--resume-per-identity must be at least 640KiB")
+    config = tmp / "gateway.yaml"
+    config.write_text("resume-per-identity: 100KiB\n")
+    refused(run(ils_bin, "serve", "--config", str(config), cwd=tmp), 64, "--resume-per-identity must be at least 640KiB")
+    assert list(tmp.iterdir()) == [config], "a refusal wrote something"
+
+
 def test_missing_and_unreadable_files(ils_bin: Path, tmp: Path) -> None:
     missing = tmp / "nope.yaml"
     refused(run(ils_bin, "serve", "--config", str(missing), cwd=tmp), 90, f"config file {missing} does not exist")

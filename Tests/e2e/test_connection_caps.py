@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from conftest import Backend, Certs, Gateway, free_port
+from conftest import Backend, Certs, Gateway, ManagedProcess, free_port
 from hostile import assert_no_growth, fd_count, read_until_closed, rss_bytes
 from test_hostile_controller import TunedController, api, assert_controller_serves, pem_files
 
@@ -51,18 +51,34 @@ def refusals_once_counted(port: int, expected: int, **labels: str) -> Optional[f
     return refused
 
 
+def wait_open_connections(metrics_port: int, listener: str, n: int, explain) -> None:
+    """Until the server's ils_connections_open{listener} reads n (a missing gauge is no reading: the server has counted
+    no connection in yet). The server's own count is the event; `explain(reading)` says why it never came."""
+    deadline = time.monotonic() + 10
+    while (reading := metric(metrics_port, "ils_connections_open", missing=None, listener=listener)) != n:
+        assert time.monotonic() < deadline, explain(reading)
+        time.sleep(0.05)
+
+
 def wait_all_counted_out(metrics_port: int, listener: str) -> None:
     """Until the server has counted every connection so far out again (the start-up's port probe among them): its
     ils_connections_open gauge exists, so it counted one in, and reads 0."""
-    deadline = time.monotonic() + 10
-    while metric(metrics_port, "ils_connections_open", missing=None, listener=listener) != 0:
-        assert time.monotonic() < deadline, f"ils_connections_open{{listener={listener}}} did not come back to 0"
-        time.sleep(0.05)
+    wait_open_connections(metrics_port, listener, 0,
+                          lambda _: f"ils_connections_open{{listener={listener}}} did not come back to 0")
 
 
 def hold(port: int, n: int) -> list[socket.socket]:
     """n TCP connections that send nothing (each within the server's handshake or idle deadline for this test)."""
     return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(n)]
+
+
+def wait_all_counted_in(metrics_port: int, listener: str, n: int, cap: str) -> None:
+    """Until the server has admitted the n connections just held: the refusals that follow must meet a server at its
+    cap, not one still accepting. If one of them was refused instead, says so."""
+    wait_open_connections(metrics_port, listener, n, lambda held: (
+        f"the server counts {held} open connections, not the {n} just held "
+        f"({metric(metrics_port, 'ils_connections_refused_total', listener=listener, cap=cap)} refused by cap={cap}): "
+        "a connection the test did not make took a place"))
 
 
 def assert_refused_at_accept(port: int) -> None:
@@ -72,19 +88,26 @@ def assert_refused_at_accept(port: int) -> None:
     assert out.closed and out.data == b"", f"a connection beyond the cap was not refused at accept: {out.describe()}"
 
 
-def assert_still_open(socks: list[socket.socket]) -> None:
-    for s in socks:
+def assert_still_open(socks: list[socket.socket], metrics_port: int, listener: str) -> None:
+    """No held connection was closed; if one was, says what the server counts (still open, and refused by cap)."""
+    for i, s in enumerate(socks):
         s.setblocking(False)
         try:
-            data = s.recv(1)
-            assert data != b"", "a held connection was closed by the refusals of others"
+            if s.recv(1) == b"":
+                open_now = metric(metrics_port, "ils_connections_open", missing=None, listener=listener)
+                refused = {cap: metric(metrics_port, "ils_connections_refused_total", listener=listener, cap=cap)
+                           for cap in ("total", "per_source")}
+                pytest.fail(f"held connection {i} of {len(socks)} was closed by the refusals of others "
+                            f"(ils_connections_open {open_now}, refusals {refused})")
         except BlockingIOError:
             pass  # open, nothing to read: as expected
         finally:
             s.setblocking(True)
 
 
-def refusal_lines(log: str) -> list[str]:
+def refusal_lines(process: ManagedProcess) -> list[str]:
+    """The log's refusal lines, once there is one: the binary writes a line a little after the refusal it reports."""
+    log = process.wait_for_log_count("too many open connections")
     return [line for line in log.splitlines() if "too many open connections" in line]
 
 
@@ -117,12 +140,13 @@ def test_controller_caps_refuse_at_accept(tuned_controller: TunedController, cap
     wait_all_counted_out(c.metrics_port, "controller")
     socks = hold(c.port, HELD)
     try:
+        wait_all_counted_in(c.metrics_port, "controller", HELD, cap)
         for _ in range(EXTRA):
             assert_refused_at_accept(c.port)
-        assert_still_open(socks)
+        assert_still_open(socks, c.metrics_port, "controller")
         refused = refusals_once_counted(c.metrics_port, EXTRA, listener="controller", cap=cap)
         assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
-        lines = refusal_lines(c.process.full_log())
+        lines = refusal_lines(c.process)
         print(f"{EXTRA} refusals, log lines: {lines}")
         assert len(lines) == 1, f"expected one log line for {EXTRA} refusals from one source: {lines}"
         assert f"cap={cap}" in lines[0] and "source=127.0.0.1" in lines[0], lines[0]
@@ -155,6 +179,7 @@ def test_a_flood_beyond_the_cap_costs_no_descriptors_memory_or_log_lines(tuned_c
     wait_all_counted_out(c.metrics_port, "controller")
     socks = hold(c.port, HELD)
     try:
+        wait_all_counted_in(c.metrics_port, "controller", HELD, "per_source")
         assert_refused_at_accept(c.port)
         pid = c.process.pid
         before = (rss_bytes(pid), fd_count(pid))
@@ -167,8 +192,8 @@ def test_a_flood_beyond_the_cap_costs_no_descriptors_memory_or_log_lines(tuned_c
         print(f"{FLOOD} refused connections in {elapsed:.1f} s")
         assert_no_growth("controller", pid, before, f"{FLOOD} connections refused at accept")
         assert refusals_once_counted(c.metrics_port, FLOOD + 1, listener="controller", cap="per_source") == FLOOD + 1
-        assert len(refusal_lines(c.process.full_log())) == 1
-        assert_still_open(socks)
+        assert len(refusal_lines(c.process)) == 1
+        assert_still_open(socks, c.metrics_port, "controller")
     finally:
         for s in socks:
             s.close()
@@ -200,12 +225,13 @@ def test_http_mode_caps_refuse_at_accept(ils_bin: Path, backend: Backend, certs:
         wait_all_counted_out(metrics_port, "http")
         socks = hold(g.port, HELD)
         try:
+            wait_all_counted_in(metrics_port, "http", HELD, cap)
             for _ in range(EXTRA):
                 assert_refused_at_accept(g.port)
-            assert_still_open(socks)
+            assert_still_open(socks, metrics_port, "http")
             refused = refusals_once_counted(metrics_port, EXTRA, listener="http", cap=cap)
             assert refused == EXTRA, f"ils_connections_refused_total{{cap={cap}}} = {refused}, expected {EXTRA}"
-            lines = refusal_lines(g.full_log())
+            lines = refusal_lines(g)
             print(f"{EXTRA} refusals, log lines: {lines}")
             assert len(lines) == 1, f"expected one log line for {EXTRA} refusals from one source: {lines}"
             assert f"cap={cap}" in lines[0] and "source=127.0.0.1" in lines[0], lines[0]

@@ -81,7 +81,7 @@ def test_unit_is_hardened(unit: str) -> None:
 
 def test_release_builds_are_the_shipped_build() -> None:
     """Every release build the project tells someone to run, and the one the benchmark measures, is the same build:
-    with Swift's run-time exclusivity checks off (docs/architecture.md says why)."""
+    with Swift's run-time exclusivity checks off (docs/design/runtime-tuning.md says why)."""
     flag = "-Xswiftc -enforce-exclusivity=unchecked"
     places = [DEPLOY / "Dockerfile", DEPLOY / "bench" / "run.sh", REPO_ROOT / "README.md"]
     places += [REPO_ROOT / "docs" / name for name in ("getting-started.md", "operations.md")]

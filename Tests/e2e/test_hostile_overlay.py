@@ -125,7 +125,7 @@ def test_hostile_circuits_leave_no_memory_or_descriptors_behind(overlay: Hostile
 
 
 STALLED_DOWNLOADS = 100
-# What one stalled download may hold at the controller (docs/architecture.md, "A stalled circuit at the controller"):
+# What one stalled download may hold at the controller (docs/design/overlay-buffers.md, "A stalled circuit at the controller"):
 # its stream window (1 MiB) waiting in the gateway stream, up to the relay's 256 KiB in flight plus one window more
 # handed over at once, each frame in a buffer rounded up to a power of two, and the decoder buffers those frames pin.
 # Measured 2.3 to 5.8 MiB, depending on how reads coalesce.

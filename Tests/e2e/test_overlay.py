@@ -122,11 +122,9 @@ def overlay(controller: Controller) -> Iterator[Overlay]:
         )
         gateway.start()
         ready_s = gateway.wait_for_log("hosting service", timeout=STARTUP_TIMEOUT_S)
+        # Logged from the task that dialled, which nothing orders with the binding's answer on the event loop.
+        gateway.wait_for_log("connected to controller", timeout=STARTUP_TIMEOUT_S)
         log = gateway.full_log()
-        assert "connected to controller" in log, f"gateway never logged 'connected to controller':\n{log}"
-        assert log.index("connected to controller") < log.index("hosting service"), (
-            f"gateway logged 'hosting service' before 'connected to controller':\n{log}"
-        )
         print(f"\ngateway ready ('hosting service') {ready_s:.2f} s after start")
         # deploy/apple-path.sh runs this module with ILS_AEAD=swift-crypto-api: the gateway must have taken that path.
         aead = os.environ.get("ILS_AEAD") or "boringssl-in-place"

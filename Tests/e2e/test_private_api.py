@@ -1,5 +1,5 @@
 """deploy/check-private-api.sh, the CI check behind the one private API the project uses (swift-crypto's
-`CCryptoBoringSSL`, for AES-GCM records sealed in place; docs/architecture.md, "The one private API"): it passes on the
+`CCryptoBoringSSL`, for AES-GCM records sealed in place; docs/design/private-api.md, "The one private API"): it passes on the
 real tree, and it fails on an import of swift-crypto's internals anywhere else, on a manifest that lost the pin, and on
 a resolved swift-crypto outside the pinned minor version."""
 

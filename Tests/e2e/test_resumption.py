@@ -6,6 +6,9 @@ controller moves to cell. The tunnel and ILSClient (`ils-client-example`, URLSes
 their keepalive (1 s + 1 s here), resume the circuit on a new connection over cell, and the answer goes on: every
 event once, in order; the backend saw one request per stream and none was cancelled. The same with the device's
 processes stopped for 20 s, and with the gateway's own link black-holed (the gateway in a namespace of its own).
+And the two ways a circuit ends on purpose: the device stopped past the gateway's grace window (the backend request
+cancelled, nothing held, the app told `not_resumed`), and a cancel from the app or the tunnel's client (the backend
+stopped at once, never held).
 
 Real binaries, real TLS, real sockets; the namespaces, veth pairs, routes and iptables rules are made by the test and
 removed after it. Skipped where namespaces cannot be made (not root)."""
@@ -18,7 +21,6 @@ import os
 import signal
 from contextlib import contextmanager
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from conftest import Backend, Controller, ManagedProcess, cli_env
+from conftest import Backend, Controller, ManagedProcess, cli_env, free_port
 from sse_helpers import parse_sse, process_timed_lines
 from test_faults import backend_streams, gateway_process, private_binary, run
 from test_overlay import SERVICE, enroll
@@ -221,7 +223,7 @@ class Overlay:
 
 @contextmanager
 def overlay_in(net: Topology, ils_bin: Path, tmp_path: Path, controller_flags: tuple[str, ...] = (),
-               gateway_flags: tuple[str, ...] = ()) -> Iterator[Overlay]:
+               gateway_flags: tuple[str, ...] = (), tunnel_flags: tuple[str, ...] = ()) -> Iterator[Overlay]:
     """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's tunnel and the
     gateway in their namespaces), with the device's keepalive at 1 s + 1 s; stops everything on exit."""
     root, logs = tmp_path / "root", tmp_path / "logs"
@@ -242,7 +244,8 @@ def overlay_in(net: Topology, ils_bin: Path, tmp_path: Path, controller_flags: t
     tunnel = ManagedProcess(
         "tunnel-r",
         net.device_exec + [str(binary), "tunnel", "--identity", "identities/ipad-r.json", "--service", SERVICE,
-                          "--listen", f"127.0.0.1:{tunnel_port}", "--log-level", "info", *DEVICE_KEEPALIVE],
+                          "--listen", f"127.0.0.1:{tunnel_port}", "--log-level", "info", *DEVICE_KEEPALIVE,
+                          *tunnel_flags],
         logs, cwd=root, env=cli_env(),
     )
     gateway: Optional[ManagedProcess] = None
@@ -267,44 +270,70 @@ def overlay_in(net: Topology, ils_bin: Path, tmp_path: Path, controller_flags: t
                 p.stop()
 
 
+@dataclass
+class Streams:
+    """N events streamed through the tunnel (curl) and through ILSClient (`ils-client-example`) at once, from the
+    device's namespace: each reader's (exit status, timed lines, stderr) lands in `results` under "tunnel" or "app"."""
+    readers: list[threading.Thread]
+    results: dict[str, tuple[int, list[tuple[float, str]], str]]
+
+    def join(self) -> None:
+        for reader in self.readers:
+            reader.join(timeout=N * INTERVAL_MS / 1000 + 120)
+
+
+def start_streams(net: Topology, o: Overlay, client_example_bin: Path) -> Streams:
+    """Starts both streams and returns once the backend serves both."""
+    query = f"/claude/stream?n={N}&interval_ms={INTERVAL_MS}"
+    results: dict[str, tuple[int, list[tuple[float, str]], str]] = {}
+
+    def stream(name: str, args: list[str]) -> None:
+        results[name] = process_timed_lines(net.device_exec + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=o.root)
+
+    readers = [
+        threading.Thread(target=stream, args=("tunnel", ["curl", "-sSN", "--max-time", "150",
+                                                         f"http://127.0.0.1:{o.tunnel_port}{query}"])),
+        threading.Thread(target=stream, args=("app", [str(client_example_bin), "stream", "--identity",
+                                                      "identities/app-r.json", *DEVICE_KEEPALIVE, query])),
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + 60
+    while backend_streams(o.backend)["active"] < 2:
+        assert time.monotonic() < deadline, "the streams never started"
+        time.sleep(0.05)
+    return Streams(readers, results)
+
+
+def device_pids(tunnel: ManagedProcess, example: Path) -> list[int]:
+    """The device's two processes: the tunnel, and the app (`ils-client-example stream`)."""
+    assert tunnel.proc is not None
+    found = subprocess.run(["pgrep", "-f", f"^{example} stream"], capture_output=True, text=True)
+    pids = [tunnel.proc.pid] + [int(p) for p in found.stdout.split()]
+    assert len(pids) == 2, f"the app's process was not found: {found.stdout!r}"
+    return pids
+
+
 def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_path: Path, what: str,
                     interrupt, controller_flags: tuple[str, ...] = (), gateway_flags: tuple[str, ...] = (),
-                    pause_allowance: float = 0.0) -> None:
+                    pause_allowance: float = 0.0, app_link_states: tuple[str, ...] = ()) -> None:
     """Runs the overlay where `net` says (the controller on `net.controller_host`, the device's processes and the
     gateway in their namespaces), streams N events through the tunnel (curl) and through ILSClient
     (`ils-client-example`) at once from the device's namespace, calls `interrupt(tunnel, example, controller_port)`
     once both are well under way, and checks that each stream got every event once, in order, with no pause above
-    the bound (plus `pause_allowance`), and that the backend saw one request per stream, never cancelled."""
+    the bound (plus `pause_allowance`), and that the backend saw one request per stream, never cancelled.
+    `app_link_states`: states the app's link state must pass through in that order (`link: STATE` on its stderr)."""
     with overlay_in(net, ils_bin, tmp_path, controller_flags, gateway_flags) as o:
-        root, backend, gateway, tunnel, tunnel_port = o.root, o.backend, o.gateway, o.tunnel, o.tunnel_port
+        backend, gateway = o.backend, o.gateway
         before = backend_streams(backend)
-
-        query = f"/claude/stream?n={N}&interval_ms={INTERVAL_MS}"
-        results: dict[str, tuple[int, list[tuple[float, str]], str]] = {}
-
-        def stream(name: str, args: list[str]) -> None:
-            results[name] = process_timed_lines(net.device_exec + args, timeout=N * INTERVAL_MS / 1000 + 90, cwd=root)
-
-        readers = [
-            threading.Thread(target=stream, args=("tunnel", ["curl", "-sSN", "--max-time", "150",
-                                                             f"http://127.0.0.1:{tunnel_port}{query}"])),
-            threading.Thread(target=stream, args=("app", [str(client_example_bin), "stream", "--identity",
-                                                          "identities/app-r.json", *DEVICE_KEEPALIVE, query])),
-        ]
-        for reader in readers:
-            reader.start()
-        deadline = time.monotonic() + 60
-        while backend_streams(backend)["active"] < 2:
-            assert time.monotonic() < deadline, "the streams never started"
-            time.sleep(0.05)
+        streams = start_streams(net, o, client_example_bin)
         time.sleep(SWITCH_AFTER * INTERVAL_MS / 1000)  # Sleep: the streams must be well under way; they pace it.
         cut_at = time.time()
-        interrupt(tunnel, client_example_bin, o.c.port)
-        for reader in readers:
-            reader.join(timeout=N * INTERVAL_MS / 1000 + 120)
+        interrupt(o.tunnel, client_example_bin, o.c.port)
+        streams.join()
 
         for name in ("tunnel", "app"):
-            status, lines, stderr = results[name]
+            status, lines, stderr = streams.results[name]
             assert status == 0, f"{name}: exit {status}: {stderr}"
             sse: list[tuple[float, str]] = []
             for at, line in lines:
@@ -321,7 +350,14 @@ def streams_survive(net: Topology, ils_bin: Path, client_example_bin: Path, tmp_
             pause = pause_after([e.received_at for e in events], cut_at)
             print(f"\n{what}, {name}: {N} events, each once and in order; longest pause after it {pause:.2f} s")
             assert pause < PAUSE_BOUND_S + pause_allowance, f"{name}: paused {pause:.1f} s"
-        assert gateway.full_log().count("circuit resumed") >= 2, "the gateway resumed no circuit"
+            if name == "app" and app_link_states:
+                states = [line.split("link: ", 1)[1].split(" ", 1)[0] for line in stderr.splitlines()
+                          if line.startswith("link: ")]
+                print(f"{what}, app: link states {states}")
+                remaining = iter(states)
+                assert all(wanted in remaining for wanted in app_link_states), \
+                    f"the app's link states {states} do not pass through {app_link_states} in order"
+        gateway.wait_for_log_count("circuit resumed", count=2)  # one per stream
         after = backend_streams(backend)
         assert after["completed"] == before["completed"] + 2, (before, after)
         assert after["disconnected"] == before["disconnected"], (before, after)
@@ -332,8 +368,11 @@ STOP_S = 20.0
 
 def test_a_network_switch_mid_stream_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
                                                    tmp_path: Path) -> None:
+    # The app's UI sees it (issue 39): its link goes quiet past the keepalive (stalled), the circuit is held while a
+    # new connection is made over cell (resuming), then it is back (ready).
     streams_survive(device_netns.topology(), ils_bin, client_example_bin, tmp_path,
-                    "wifi black-holed, route moved to cell", lambda tunnel, example, port: device_netns.switch_to_cell())
+                    "wifi black-holed, route moved to cell", lambda tunnel, example, port: device_netns.switch_to_cell(),
+                    app_link_states=("ready", "stalled", "resuming", "ready"))
 
 
 def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path,
@@ -343,10 +382,7 @@ def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_
     on (SIGCONT) they find their connections gone and resume."""
 
     def stop_the_device(tunnel: ManagedProcess, example: Path, controller_port: int) -> None:
-        assert tunnel.proc is not None
-        found = subprocess.run(["pgrep", "-f", f"^{example} stream"], capture_output=True, text=True)
-        pids = [tunnel.proc.pid] + [int(p) for p in found.stdout.split()]
-        assert len(pids) == 2, f"the app's process was not found: {found.stdout!r}"
+        pids = device_pids(tunnel, example)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:
@@ -358,6 +394,104 @@ def test_a_device_stopped_for_20_s_loses_nothing(device_netns: DeviceNetns, ils_
     streams_survive(device_netns.topology(), ils_bin, client_example_bin, tmp_path, "device stopped for 20 s",
                     stop_the_device, controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"),
                     pause_allowance=STOP_S)
+
+
+GRACE_S = 3
+
+
+def gateway_metrics(port: int) -> dict[str, float]:
+    """The gateway's Prometheus metrics, by name (with labels), from `--metrics`."""
+    text = subprocess.run(["curl", "-sS", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
+                          timeout=20, check=True).stdout
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_after_the_grace_window_the_backend_is_cancelled_and_the_app_told(
+        device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tmp_path: Path) -> None:
+    """The device's processes stopped (SIGSTOP) past the gateway's grace window (`--resume-grace 3s`): the
+    controller's keepalive (2 s + 2 s) ends their connections, the gateway holds both circuits, and when the window
+    runs out it cancels both backend requests and keeps nothing (its metrics: no circuit held, no byte kept). When the
+    processes go on (SIGCONT) their resumptions are refused: the app's request fails with its own reason,
+    `not_resumed` (never `truncated`, never a complete answer), and the tunnel resets its client's connection (curl
+    fails; a FIN would read as a complete answer) and logs why."""
+    metrics_port = free_port()
+    with overlay_in(device_netns.topology(), ils_bin, tmp_path,
+                    controller_flags=("--keepalive", "2s", "--keepalive-timeout", "2s"),
+                    gateway_flags=("--resume-grace", f"{GRACE_S}s", "--metrics", f"127.0.0.1:{metrics_port}")) as o:
+        before = backend_streams(o.backend)
+        streams = start_streams(device_netns.topology(), o, client_example_bin)
+        pids = device_pids(o.tunnel, client_example_bin)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            # The event: the gateway gave up on both circuits (after the controller's keepalive and the grace).
+            deadline = time.monotonic() + 120
+            while o.gateway.full_log().count("was not resumed within the grace window") < 2:
+                assert time.monotonic() < deadline, o.gateway.logs()
+                time.sleep(0.1)
+            while (now := backend_streams(o.backend))["active"] > before["active"]:
+                assert time.monotonic() < deadline, now
+                time.sleep(0.1)
+            assert now["disconnected"] == before["disconnected"] + 2, (before, now)
+            assert now["completed"] == before["completed"], (before, now)
+            metrics = gateway_metrics(metrics_port)
+            assert metrics.get("ils_gateway_circuits_not_resumed_total") == 2, metrics
+            assert metrics.get("ils_gateway_circuits_held") == 0, metrics
+            assert metrics.get("ils_gateway_resumption_kept_bytes") == 0, metrics
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        streams.join()
+        status, lines, stderr = streams.results["app"]
+        assert status == 74 and "(not_resumed)" in stderr, f"app: exit {status}: {stderr}"
+        assert len(lines) < 2 * N, "the app got the whole answer"
+        status, lines, stderr = streams.results["tunnel"]
+        assert status != 0, f"curl read a clean end after {len(lines)} lines"
+        assert not any('"event": "done"' in line or line == "event: done" for _, line in lines), "a complete answer"
+        o.tunnel.wait_for_log("circuit lost and not resumed")
+        assert "circuit cut before the gateway's end" not in o.tunnel.full_log()
+
+
+def test_a_cancel_from_the_app_or_the_tunnel_client_stops_the_backend_at_once(
+        device_netns: DeviceNetns, ils_bin: Path, client_example_bin: Path, tmp_path: Path) -> None:
+    """A device that means to stop says so, sealed (CANCEL), and the gateway ends the backend request at once instead
+    of holding it for a resumption: the app cancels its task (`ils-client-example stream --cancel-after`, which calls
+    `URLSessionTask.cancel()`), and the tunnel's local client goes away (curl killed). The gateway counts both as
+    cancelled and none as held or not resumed (its metrics), with the default grace window of 60 s: a cancel taken for
+    a lost path would keep both backend requests running for that long."""
+    metrics_port = free_port()
+    net = device_netns.topology()
+    with overlay_in(net, ils_bin, tmp_path, gateway_flags=("--metrics", f"127.0.0.1:{metrics_port}")) as o:
+        before = backend_streams(o.backend)
+        query = f"/claude/stream?n={N}&interval_ms={INTERVAL_MS}"
+        app = subprocess.run(net.device_exec + [str(client_example_bin), "stream", "--identity", "identities/app-r.json",
+                                                "--cancel-after", "5", query],
+                             capture_output=True, text=True, timeout=120, cwd=o.root)
+        assert app.returncode == 0, f"app: exit {app.returncode}: {app.stderr}"
+        assert len(app.stdout.splitlines()) == 5, app.stdout
+        curl = subprocess.Popen(net.device_exec + ["curl", "-sSN", f"http://127.0.0.1:{o.tunnel_port}{query}"],
+                                stdout=subprocess.PIPE, text=True)
+        assert curl.stdout is not None
+        for _ in range(5):
+            assert curl.stdout.readline(), "the tunnel's stream ended early"
+        curl.kill()
+        curl.wait(timeout=20)
+        # The event: the backend saw both clients go away. Cancelled, never held: only the CANCEL ends a backend
+        # request before the grace window (60 s) runs out.
+        deadline = time.monotonic() + 50
+        while (now := backend_streams(o.backend))["disconnected"] < before["disconnected"] + 2:
+            assert time.monotonic() < deadline, now
+            time.sleep(0.05)
+        assert now["completed"] == before["completed"], (before, now)
+        metrics = gateway_metrics(metrics_port)
+        assert metrics.get("ils_gateway_circuits_cancelled_total") == 2, metrics
+        assert metrics.get("ils_gateway_circuits_not_resumed_total", 0) == 0, metrics
+        assert metrics.get("ils_gateway_circuits_held") == 0, metrics
 
 
 BLACK_HOLE_S = 10.0
@@ -410,4 +544,4 @@ def test_an_upload_survives_a_network_switch_midway(device_netns: DeviceNetns, i
         assert upload.returncode == 0, f"curl: {err}"
         got = json.loads(out)
         assert got == {"bytes": UPLOAD_MIB * 1024 * 1024, "sha256": expected}, got
-        assert o.gateway.full_log().count("circuit resumed") >= 1, "the upload was not resumed: the switch missed it"
+        o.gateway.wait_for_log("circuit resumed")  # the upload was resumed: the switch did not miss it

@@ -2,7 +2,8 @@
 payloads (also through the worker's own request code, with a mock transport in place of the gateway), its flatness
 analysis flags a growing series and not a noisy flat one, each incarnation is judged after its own warm-up under load
 (a restarted process that idles, then fills up under load, is not failed; one that keeps growing after is; one that
-never carries load is judged as idle), and a failure outside a fault window is "unexpected".
+never carries load is judged as idle), and a failure outside a fault window is "unexpected". The resumption soak
+(deploy/soak/resume_soak.py) counts each lost, duplicated, reordered and foreign event of an answer.
 
 No processes, no sockets: a few seconds."""
 
@@ -314,3 +315,37 @@ def test_cpu_time_is_read_from_proc() -> None:
     while soak.time.process_time() < deadline:
         pass
     assert soak.cpu_seconds(os.getpid()) - before >= 0.1
+
+
+def test_resume_soak_counts_each_lost_duplicated_reordered_and_foreign_event() -> None:
+    """deploy/soak/resume_soak.py's answer judge counts every bad event (its totals are figures, not a first error),
+    and an answer without its `done` fails."""
+    import resume_soak
+
+    def judged(events: list[SSEEvent], prompt: str = "resume-soak-app-1-abcdef") -> "resume_soak.Answer":
+        answer = resume_soak.Answer("app", 1, prompt, 0.0, status=0)
+        resume_soak.judge_answer(answer, events, 8)
+        return answer
+
+    p = "resume-soak-app-1-abcdef"
+    good = judged(sse(p, 8))
+    assert good.ok and (good.events, good.lost, good.duplicated, good.out_of_order, good.wrong_text) == (8, 0, 0, 0, 0)
+    # 6 never came, the second 2 is a duplicate, 4 came after 5.
+    bad = judged(sse(p, 8, order=[0, 1, 2, 2, 3, 5, 4, 7]))
+    assert (bad.lost, bad.duplicated, bad.out_of_order, bad.wrong_text) == (1, 1, 1, 0) and not bad.ok
+    # The backend's words are "This is a canned answer to: PROMPT", in turn: event 6 carries another answer's prompt.
+    foreign = judged(sse(p, 8, text_from="resume-soak-app-2-012345"))
+    assert foreign.wrong_text == 1 and not foreign.ok
+    cut = judged(sse(p, 8, done=False))
+    assert cut.lost == 0 and not cut.done_ok and not cut.ok
+
+
+def test_resume_soak_plans_switches_and_alternating_kills_apart() -> None:
+    import resume_soak
+
+    plan = resume_soak.plan_events(240, 30, 60)
+    assert [(e.planned_s, e.kind) for e in plan if e.kind.startswith("kill")] == [
+        (45, "kill-A"), (105, "kill-B"), (165, "kill-A"), (225, "kill-B")]
+    switches = [e.kind for e in plan if e.kind.startswith("switch")]
+    assert switches == ["switch-to-cell", "switch-to-wifi"] * 3 + ["switch-to-cell"]
+    assert len(resume_soak.plan_events(1800, 60, 180)) == 29 + 10

@@ -91,7 +91,8 @@ def test_a_web_page_cannot_drive_the_tunnel(tunnel: Tunnel, backend: Backend, si
     assert "x-ils-identity" not in json.dumps(results), results
     fence(tunnel, backend)
     assert marker not in backend.full_log(), "a request of the web page reached the backend"
-    refusals = [line for line in tunnel.full_log()[log_mark:].splitlines() if "tunnel refused a request" in line]
+    log = tunnel.wait_for_log_count("tunnel refused a request", after=log_mark)
+    refusals = [line for line in log.splitlines() if "tunnel refused a request" in line]
     print("\n".join(refusals))
     assert len(refusals) == 1, f"23 refused requests from one page: expected one log line, got {len(refusals)}"
     assert "cross_site_request" in refusals[0], refusals[0]

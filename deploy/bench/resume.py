@@ -106,7 +106,8 @@ def overhead(run_mod, s, args) -> dict:
     source = Path("/dev/shm") / f"ils-bench-resume-{size}.bin"
     with source.open("wb") as out:
         out.truncate(size)
-    rounds: dict[str, dict[str, list[float]]] = {name: {"p50": [], "p99": [], "down": [], "up": []} for name in paths}
+    rounds: dict[str, dict[str, list[float]]] = {name: {"p50": [], "p99": [], "down": [], "up": [], "down_cpu_s": []}
+                                                  for name in paths}
     try:
         for round_ in range(3):
             for name in (list(paths) if round_ % 2 == 0 else list(reversed(paths))):
@@ -114,16 +115,24 @@ def overhead(run_mod, s, args) -> dict:
                 lat = run_mod.latency(p, args.latency_count)
                 rounds[name]["p50"].append(lat["p50_us"])
                 rounds[name]["p99"].append(lat["p99_us"])
+                # The CPU time the download took in every process of the path (the bench's processes and curl
+                # share the machine's cores, so CPU is what bounds a transfer here).
+                pids = [s.procs[key].pid for key in ("controller", "gateway", "backend", f"tunnel {name}")]
+                before = sum(run_mod.cpu_seconds(pid) for pid in pids)
                 rounds[name]["down"].append(run_mod.download(p, size))
+                rounds[name]["down_cpu_s"].append(sum(run_mod.cpu_seconds(pid) for pid in pids) - before)
                 rounds[name]["up"].append(run_mod.upload(p, source, size))
                 print(f"   {name}: latency p50 {lat['p50_us']:.0f} us p99 {lat['p99_us']:.0f} us, download "
-                      f"{rounds[name]['down'][-1]:.0f} MiB/s, upload {rounds[name]['up'][-1]:.0f} MiB/s", flush=True)
+                      f"{rounds[name]['down'][-1]:.0f} MiB/s ({rounds[name]['down_cpu_s'][-1]:.2f} CPU-s), upload "
+                      f"{rounds[name]['up'][-1]:.0f} MiB/s", flush=True)
     finally:
         source.unlink(missing_ok=True)
     median = lambda values: sorted(values)[len(values) // 2]
     return {name: {"latency_p50_us": median(r["p50"]), "latency_p99_us": median(r["p99"]),
                    "download_mib_s": median(r["down"]), "upload_mib_s": median(r["up"]),
-                   "samples": {key: [round(v, 1) for v in values] for key, values in r.items()}}
+                   "download_cpu_s": round(median(r["down_cpu_s"]), 2),
+                   "samples": {key: [round(v, 2 if key.endswith("cpu_s") else 1) for v in values]
+                               for key, values in r.items()}}
             for name, r in rounds.items()} | {"size_mib": size // run_mod.MIB}
 
 

@@ -10,6 +10,10 @@ ils HTTP mode, plain and TLS; nginx and HAProxy as reverse proxies, plain and TL
 revocation through one of a stream on the other, failover after SIGKILL, and latency, new circuits/s and idle-stream
 memory on PostgreSQL beside SQLite. Run alone, it keeps the other figures of the JSON file.
 
+`--only mobile` measures the first byte of a small answer from a device in a network namespace behind an 80 ms round
+trip (and 1 % loss): ILSClient, the tunnel, `ssh -R` and direct TLS, cold, warm and keep-alive (deploy/bench/mobile.py).
+Run alone, it too keeps the other figures of the JSON file.
+
 Run it through deploy/bench/run.sh, which installs what is missing and builds release binaries first.
 """
 
@@ -1056,9 +1060,10 @@ def machine() -> dict:
 
 def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
     """What a run writes, given the figures already in the JSON file: a run of `cluster` alone replaces only the
-    cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and every run
-    keeps the `handshake` section, which `ils-bench handshake` measures apart (the page says when)."""
-    if only and only <= {"cluster", "resume"} and previous:
+    cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and so do
+    `resume` and `mobile`; every run keeps the `handshake` section, which `ils-bench handshake` measures apart (the page
+    says when)."""
+    if only and only <= {"cluster", "resume", "mobile"} and previous:
         return {**previous, **{name: results[name] for name in only}}
     if "handshake" in previous:
         return {**results, "handshake": previous["handshake"]}
@@ -1079,9 +1084,11 @@ def main() -> int:
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--switches", type=int, default=20, help="path switches for the resume times (default 20)")
     parser.add_argument("--held-circuits", type=int, default=1000, help="held circuits for the memory figure (default 1000)")
+    parser.add_argument("--mobile-samples", type=int, default=20,
+                        help="samples per path and case on the mobile link, for its p50 and p90 (default 20)")
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
-                        "revocation, restart, floors, cluster, resume (default all). A run of cluster alone keeps the other figures of "
-                        "--json and adds its own")
+                        "revocation, restart, floors, cluster, resume, mobile (default all). A run of cluster, resume or mobile alone "
+                        "keeps the other figures of --json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
@@ -1187,6 +1194,21 @@ def main() -> int:
     if want("resume"):
         print(f"== circuit resumption (after {settle(s):.1f} s idle wait)", flush=True)
         results["resume"] = resumption_figures(s, args)
+
+    if want("mobile"):
+        print(f"== mobile link, 80 ms round trip: {args.mobile_samples} samples per path and case "
+              f"(after {settle(s):.1f} s idle wait)", flush=True)
+        sys.path.insert(0, str(Path(__file__).parent))
+        sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+        import mobile  # noqa: E402
+        from test_resumption import NetnsUnavailable  # noqa: E402
+
+        try:
+            results["mobile"] = mobile.figures(sys.modules[__name__], s, args.mobile_samples)
+        except NetnsUnavailable as e:
+            if only:
+                raise
+            print(f"   skipped: {e}", flush=True)  # a full run goes on without it
 
     results["duration_s"] = duration = time.monotonic() - started
     stop_all()

@@ -811,7 +811,7 @@ _ils-gateway_serve() {
     repeating_flags=()
     non_repeating_flags=(--plain-http --no-plain-http --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--mode --identity --service --client-auth --policy-grace --hsts-max-age --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --max-connections --max-connections-per-source --keepalive --keepalive-timeout --resume-grace --resume-buffer --resume-total --config --log-level --log-format --metrics)
+    non_repeating_options=(--mode --identity --service --client-auth --policy-grace --hsts-max-age --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --max-connections --max-connections-per-source --keepalive --keepalive-timeout --resume-grace --resume-buffer --resume-per-identity --resume-total --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -884,6 +884,9 @@ _ils-gateway_serve() {
     '--resume-buffer')
         return
         ;;
+    '--resume-per-identity')
+        return
+        ;;
     '--resume-total')
         return
         ;;
@@ -908,7 +911,7 @@ _ils-gateway_tunnel() {
     repeating_flags=()
     non_repeating_flags=(--allow-remote --no-allow-remote --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=(--allowed-host --allow-origin)
-    non_repeating_options=(--identity --service --listen --resume-grace --keepalive --keepalive-timeout --config --log-level --log-format --metrics)
+    non_repeating_options=(--identity --service --listen --resume-grace --idle-timeout --keepalive --keepalive-timeout --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -929,6 +932,9 @@ _ils-gateway_tunnel() {
         return
         ;;
     '--resume-grace')
+        return
+        ;;
+    '--idle-timeout')
         return
         ;;
     '--keepalive')

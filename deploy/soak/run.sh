@@ -14,8 +14,21 @@
 #
 # The binary is $ILS_BIN, else this checkout's `swift build` product (built when missing). Other arguments go to
 # deploy/soak/soak.py (--help lists them).
+#
+#   deploy/soak/run.sh --resume --minutes 30         # issue 38's resumption soak (deploy/soak/resume_soak.py, root)
+#
+# --resume runs the resumption soak instead: SSE answers through a device's tunnel and ils-client-example in a network
+# namespace, its path switched every minute, one of two controllers on PostgreSQL SIGKILLed every 3 minutes; 0 events
+# lost, duplicated or out of order, 0 backend requests cancelled, flat memory. ils-client-example is
+# $ILS_CLIENT_EXAMPLE_BIN, else the one beside $ILS_BIN (built when missing). Other arguments go to resume_soak.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+resume=0
+if [ "${1:-}" = "--resume" ]; then
+    resume=1
+    shift
+fi
 
 if ! python3 -c 'import httpx, websockets, fastapi, uvicorn, sse_starlette, pytest' 2>/dev/null; then
     ./deploy/install-deps.sh
@@ -33,4 +46,14 @@ if [ ! -x "$ILS_BIN" ]; then
     exit 2
 fi
 
+if [ "$resume" = 1 ]; then
+    CLIENT_BIN="${ILS_CLIENT_EXAMPLE_BIN:-$(dirname "$ILS_BIN")/ils-client-example}"
+    if [ ! -x "$CLIENT_BIN" ] && [ -z "${ILS_CLIENT_EXAMPLE_BIN:-}" ]; then
+        config=debug
+        [ "$(basename "$(dirname "$ILS_BIN")")" = release ] && config=release
+        echo "== building ils-client-example ($config)" >&2
+        swift build -c "$config" --product ils-client-example
+    fi
+    exec python3 deploy/soak/resume_soak.py --bin "$ILS_BIN" --client-example-bin "$CLIENT_BIN" "$@"
+fi
 exec python3 deploy/soak/soak.py --bin "$ILS_BIN" "$@"

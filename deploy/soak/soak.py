@@ -554,25 +554,31 @@ class System:
     def stop(self) -> dict[str, Optional[int]]:
         """SIGTERM everything still running (SIGKILL after 5 s), then stop PostgreSQL; returns each role's exit
         status."""
-        codes: dict[str, Optional[int]] = {}
-        try:
-            for role, p in [(f"tunnel-{k}", t) for k, t in self.tunnels.items()] + [
-                    ("gateway-http", self.http), ("gateway-overlay", self.gateway), ("backend", self.backend),
-                    *[(self.role(n), c.process) for n, c in self.controllers.items()]]:
-                if p is not None and p.proc is not None:
-                    try:
-                        codes[role] = p.stop()
-                    except Exception as e:  # keep stopping the others
-                        codes[role] = None
-                        log(f"stopping {role}: {e!r}")
-            stop_leftovers()
-        finally:
-            if self.pg is not None:
+        return stop_all([(f"tunnel-{k}", t) for k, t in self.tunnels.items()] + [
+            ("gateway-http", self.http), ("gateway-overlay", self.gateway), ("backend", self.backend),
+            *[(self.role(n), c.process) for n, c in self.controllers.items()]], self.pg)
+
+
+def stop_all(processes: list, pg) -> dict[str, Optional[int]]:
+    """SIGTERM each (role, ManagedProcess) still running (SIGKILL after 5 s) and the leftovers, then stop PostgreSQL
+    (`pg`, or None); returns each role's exit status (None where stopping failed, which is logged)."""
+    codes: dict[str, Optional[int]] = {}
+    try:
+        for role, p in processes:
+            if p is not None and p.proc is not None:
                 try:
-                    self.pg.stop()
-                except (Exception, *HarnessFailure) as e:
-                    log(f"stopping PostgreSQL: {type(e).__name__}: {str(e)[:300]}")
-        return codes
+                    codes[role] = p.stop()
+                except Exception as e:  # keep stopping the others
+                    codes[role] = None
+                    log(f"stopping {role}: {e!r}")
+        stop_leftovers()
+    finally:
+        if pg is not None:
+            try:
+                pg.stop()
+            except (Exception, *HarnessFailure) as e:
+                log(f"stopping PostgreSQL: {type(e).__name__}: {str(e)[:300]}")
+    return codes
 
 
 def stop_leftovers() -> None:

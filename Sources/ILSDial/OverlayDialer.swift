@@ -1,7 +1,9 @@
 import Dispatch
+package import Foundation
 public import ILSCore
 package import ILSCrypto
 public import ILSFabric
+import ILSIdentity
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP2
@@ -29,12 +31,36 @@ public final class OverlayDialer: Sendable {
     /// The identity in use; `replaceIdentity` swaps it after a renewal (new connections and circuits use it).
     private let current: NIOLockedValueBox<Identity>
     private let connectionBox = NIOLockedValueBox<EventLoopFuture<Connection>?>(nil)
+    /// Completed when the renewal under way has swapped the identity or failed (`renewIdentity`); nil when none is.
+    /// Circuits and resumptions wait for it: the controller refuses the old certificate as soon as it has issued the
+    /// new one, so a dial with it in between would be refused as `identity_blocked`.
+    private let renewalGate = NIOLockedValueBox(RenewalGate())
+
+    private struct RenewalGate {
+        var done: EventLoopFuture<Void>?
+        /// How many circuits and resumptions have waited for a renewal, all told (tests).
+        var waited = 0
+    }
+    /// The link state and who watches it (`linkStates`); each change is yielded under the lock, so in order.
+    private let link = NIOLockedValueBox(LinkWatch())
+
+    private struct LinkWatch {
+        var machine = LinkStateMachine()
+        var watchers: [Int: AsyncStream<LinkState>.Continuation] = [:]
+        var nextWatcher = 0
+    }
 
     /// How the controller connection notices a silent network drop (after a Wi-Fi to cellular switch, say): it is
     /// then closed, and the next circuit opens a new one.
     public let keepalive: FabricKeepalive
+    /// While no circuit is open the connection sends no PING, and it closes after `idle.closeAfter` (nil: stays open
+    /// without PINGs); the next circuit then opens a new one.
+    public let idle: FabricKeepalive.Idle
     /// How long a circuit whose path is lost waits to be resumed, and what it may keep meanwhile.
     public let retention: CircuitRetention
+
+    /// The dialer's clock, for the certificate's expiry (tests move it).
+    package let clock: @Sendable () -> Date
 
     /// The end-to-end handshake this device speaks: the current version; tests play older devices with it.
     private let handshakeVersion: any E2EHandshakeVersion
@@ -42,17 +68,22 @@ public final class OverlayDialer: Sendable {
     /// cannot resume, so it does not offer the resumable suite: nothing is kept or acknowledged at either end, and
     /// the gateway ends the backend request with the path, as before resumption (docs/operations.md).
     private let offeredSuites: [E2ESuite]?
+    /// Whether the dialer offers `ils-dial/2` (a circuit's ClientHello sent with its `CONNECT`); tests play a device
+    /// of an earlier release without it.
+    private let earlyHello: Bool
 
     public convenience init(
         identity: IdentityFile,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
         keepalive: FabricKeepalive = .standard,
+        idle: FabricKeepalive.Idle = .standard,
         retention: CircuitRetention = .standard
     ) throws(ILSError) {
         try self.init(
             identity: identity,
             eventLoop: eventLoop,
             keepalive: keepalive,
+            idle: idle,
             handshakeVersion: E2EHandshake.version,
             retention: retention
         )
@@ -62,17 +93,23 @@ public final class OverlayDialer: Sendable {
         identity: IdentityFile,
         eventLoop: any EventLoop,
         keepalive: FabricKeepalive,
+        idle: FabricKeepalive.Idle = .standard,
         handshakeVersion: any E2EHandshakeVersion,
         retention: CircuitRetention = .standard,
-        suites: [E2ESuite]? = nil
+        suites: [E2ESuite]? = nil,
+        earlyHello: Bool = true,
+        clock: @escaping @Sendable () -> Date = { Date() }
     ) throws(ILSError) {
+        self.clock = clock
         self.eventLoop = eventLoop
+        self.earlyHello = earlyHello
         self.keepalive = keepalive
+        self.idle = idle
         self.retention = retention
         self.handshakeVersion = handshakeVersion
         let unresumable = handshakeVersion.suites.filter { !$0.isResumable }
         self.offeredSuites = suites ?? (retention.grace > .zero || unresumable.isEmpty ? nil : unresumable)
-        self.current = NIOLockedValueBox(try Self.load(identity))
+        self.current = NIOLockedValueBox(try Self.load(identity, earlyHello: earlyHello))
     }
 
     /// The identity in use: a connector per controller replica, in the order they are tried, and which one to
@@ -81,6 +118,9 @@ public final class OverlayDialer: Sendable {
         var file: IdentityFile
         var connectors: [FabricConnector]
         var credentials: E2EHandshake.Credentials
+        /// When the certificate stops being valid, read once when the file is loaded (nil if it cannot be read):
+        /// each dial compares dates instead of parsing the PEM again.
+        var notAfter: Date?
         var preferred = 0
     }
 
@@ -101,7 +141,7 @@ public final class OverlayDialer: Sendable {
     private func heard(_ announced: [ControllerAddress]) {
         let learned = current.withLockedValue { current -> IdentityFile? in
             guard let file = current.file.learning(announced),
-                var loaded = try? Self.load(file)
+                var loaded = try? Self.load(file, earlyHello: earlyHello)
             else { return nil }
             let address = current.connectors[current.preferred].address
             loaded.preferred = loaded.connectors.firstIndex { $0.address == address } ?? 0
@@ -113,13 +153,14 @@ public final class OverlayDialer: Sendable {
         learning.async { handler(learned) }
     }
 
-    private static func load(_ identity: IdentityFile) throws(ILSError) -> Identity {
+    private static func load(_ identity: IdentityFile, earlyHello: Bool) throws(ILSError) -> Identity {
+        let alpns = earlyHello ? [FabricProtocol.dialEarlyALPN, FabricProtocol.dialALPN] : [FabricProtocol.dialALPN]
         var connectors: [FabricConnector] = []
         for address in identity.controllerAddresses {
-            connectors.append(try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN, address: address))
+            connectors.append(try FabricConnector(identity: identity, alpns: alpns, address: address))
         }
         // An unparseable `controller` leaves the list empty: let the connector say why, as before replicas.
-        if connectors.isEmpty { connectors = [try FabricConnector(identity: identity, alpn: FabricProtocol.dialALPN)] }
+        if connectors.isEmpty { connectors = [try FabricConnector(identity: identity, alpns: alpns)] }
         return Identity(
             file: identity,
             connectors: connectors,
@@ -127,14 +168,15 @@ public final class OverlayDialer: Sendable {
                 certificatePEM: identity.certificate,
                 privateKeyPEM: identity.privateKey,
                 caCertificatePEM: identity.caCertificate
-            )
+            ),
+            notAfter: Renewal.expiry(of: identity)
         )
     }
 
     /// Uses a renewed identity from now on: the next circuit opens a new controller connection with it. The old
     /// connection is left to finish the circuits it carries (the controller stops accepting new ones on it).
     public func replaceIdentity(_ identity: IdentityFile) throws(ILSError) {
-        var loaded = try Self.load(identity)
+        var loaded = try Self.load(identity, earlyHello: earlyHello)
         current.withLockedValue { current in
             // The replica that answered last stays first, if the new file still lists it.
             let address = current.connectors[current.preferred].address
@@ -144,21 +186,160 @@ public final class OverlayDialer: Sendable {
         connectionBox.withLockedValue { $0 = nil }
     }
 
+    /// Renews the identity with `renew` (which returns the new file, already saved where the app keeps it) and
+    /// uses it from then on, as `replaceIdentity`; circuits and resumptions asked for meanwhile wait until it is done,
+    /// whether it succeeds or fails. One renewal at a time: a second call while one runs fails.
+    public func renewIdentity(
+        _ renew: @Sendable () async throws(ILSError) -> IdentityFile
+    ) async throws(ILSError) -> IdentityFile {
+        let done = eventLoop.makePromise(of: Void.self)
+        let started = renewalGate.withLockedValue { gate -> Bool in
+            guard gate.done == nil else { return false }
+            gate.done = done.futureResult
+            return true
+        }
+        guard started else {
+            done.succeed()
+            throw ILSError(.conflict, "a renewal of this identity is already under way")
+        }
+        defer {
+            renewalGate.withLockedValue { $0.done = nil }
+            done.succeed()
+        }
+        let renewed = try await renew()
+        try replaceIdentity(renewed)
+        return renewed
+    }
+
+    /// Runs `body` now, or once the renewal under way is done (`renewalGate`).
+    private func afterRenewal(
+        _ body: @escaping @Sendable () -> EventLoopFuture<any Channel>
+    ) -> EventLoopFuture<any Channel> {
+        let renewing = renewalGate.withLockedValue { gate in
+            if gate.done != nil { gate.waited += 1 }
+            return gate.done
+        }
+        guard let renewing else { return body() }
+        return renewing.flatMap(body)
+    }
+
+    /// How many circuits and resumptions have waited for a renewal (`renewIdentity`), all told.
+    package var waitedForRenewal: Int { renewalGate.withLockedValue { $0.waited } }
+
+    /// The app says its network path changed (Wi-Fi to cellular, a new address, back from no network; on Apple
+    /// platforms `OverlayClient.watchNetworkPath()` says it from an `NWPathMonitor`). The controller connection is
+    /// closed at once, without waiting for the keepalive to find it dead: a socket bound to the old path usually
+    /// never works again, and its circuits, held, resume over a new connection now instead of after the keepalive's
+    /// interval and timeout (up to 35 s by default). A circuit loses nothing either way; an idle dialer just opens a
+    /// new connection with its next circuit.
+    public func networkChanged() {
+        // No close_notify: the old path may be gone, and a TLS shutdown would wait on it. The close forgets the
+        // connection and tells the link state, after its circuits are held (`connect`'s close callback).
+        connectionBox.withLockedValue { $0 }?.whenSuccess {
+            $0.channel.triggerUserOutboundEvent(AbruptCloseHandler.Close(), promise: nil)
+        }
+    }
+
+    /// Waits until no circuit is open on the controller connection: each one ended on the wire, a cancelled one's
+    /// CANCEL written to the connection's socket. Returns false if that took longer than `bound`, or if the connection
+    /// closed first (its circuits are then held for resumption, or ended: a CANCEL they had not sent is not sent).
+    ///
+    /// What it does not cover: a circuit cancelled while held (its path lost) has no path to send its CANCEL on, and
+    /// the gateway ends it when its grace window runs out; the connection an identity renewal retired
+    /// (`replaceIdentity`) still carries the circuits it had, and is not waited for.
+    ///
+    /// A cancelled task's circuit is closed in the background, after URLSession has already reported the
+    /// cancellation; a process that exits at once (a command-line tool) or an app about to be suspended can lose the
+    /// CANCEL with it, and the gateway then takes the device's silence for a lost path and keeps the backend request
+    /// running for its grace window (60 s by default) instead of stopping it. Call this first.
+    public func circuitsEnded(within bound: Duration) async -> Bool {
+        guard let connection = connectionBox.withLockedValue({ $0 }) else { return true }
+        let eventLoop = self.eventLoop
+        let ended = eventLoop.makePromise(of: Bool.self)
+        let answered = NIOLockedValueBox(false)
+        let answer: @Sendable (Bool) -> Void = { value in
+            guard
+                answered.withLockedValue({ done in
+                    defer { done = true }
+                    return !done
+                })
+            else { return }
+            ended.succeed(value)
+        }
+        let timeout = eventLoop.scheduleTask(in: TimeAmount(bound)) { answer(false) }
+        connection.whenComplete { result in
+            guard case .success(let connection) = result else {
+                timeout.cancel()
+                answer(true)
+                return
+            }
+            let streams = eventLoop.makePromise(of: Void.self)
+            connection.channel.triggerUserOutboundEvent(FabricKeepalive.StreamsEnded(), promise: streams)
+            streams.futureResult.whenComplete { result in
+                timeout.cancel()
+                // Failed: the connection closed with circuits open (now held, or ended), their CANCELs unsent.
+                answer((try? result.get()) != nil)
+            }
+        }
+        return (try? await ended.futureResult.get()) ?? false
+    }
+
     /// The controller replica the next connection tries first (for tests).
     public var preferredController: ControllerAddress {
         current.withLockedValue { $0.connectors[$0.preferred].address }
     }
 
-    /// A controller connection: its channel (for keepalive probes) and its stream multiplexer.
+    /// A controller connection: its channel (for keepalive probes), its stream multiplexer, and whether its
+    /// controller takes a circuit's ClientHello with its `CONNECT` (`ils-dial/2`).
     private struct Connection {
         let channel: any Channel
         let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+        let earlyHello: Bool
     }
+
+    /// What the link to the overlay is doing now (`LinkState`).
+    public var linkState: LinkState { link.withLockedValue { $0.machine.state } }
+
+    /// The link state for a UI: the current state first, then each change, in order, for as long as the caller
+    /// iterates (a watcher that stops iterating is dropped).
+    public var linkStates: AsyncStream<LinkState> {
+        let (stream, continuation) = AsyncStream.makeStream(of: LinkState.self, bufferingPolicy: .bufferingNewest(64))
+        let key = link.withLockedValue { watch -> Int in
+            let key = watch.nextWatcher
+            watch.nextWatcher += 1
+            watch.watchers[key] = continuation
+            continuation.yield(watch.machine.state)
+            return key
+        }
+        continuation.onTermination = { [link] _ in link.withLockedValue { _ = $0.watchers.removeValue(forKey: key) } }
+        return stream
+    }
+
+    /// Applies a link event and tells every watcher if the state changed.
+    private func linkEvent(_ event: (inout LinkStateMachine) -> LinkState?) {
+        link.withLockedValue { watch in
+            guard let changed = event(&watch.machine) else { return }
+            for continuation in watch.watchers.values { continuation.yield(changed) }
+        }
+    }
+
+    /// The identity new connections use (`replaceIdentity` swaps it).
+    package var identity: IdentityFile { current.withLockedValue { $0.file } }
+
+    /// When the certificate in use stops being valid (nil if it cannot be read); no PEM is parsed to answer.
+    package var identityNotAfter: Date? { current.withLockedValue { $0.notAfter } }
+
+    /// Whether the dialer holds a controller connection now (or is making one): tests of the idle close.
+    package var holdsConnection: Bool { connectionBox.withLockedValue { $0 != nil } }
+
+    /// Whether the current controller connection sends each circuit's ClientHello with its `CONNECT` (tests).
+    package var sendsEarlyHello: EventLoopFuture<Bool> { connection().0.map(\.earlyHello) }
 
     /// The live connection, connecting if there is none; `fresh` says whether it was made for this call.
     private func connection() -> (EventLoopFuture<Connection>, fresh: Bool) {
         connectionBox.withLockedValue { existing in
             if let existing { return (existing, false) }
+            linkEvent { $0.connecting() }
             let promise = eventLoop.makePromise(of: Connection.self)
             let (connectors, first) = current.withLockedValue { ($0.connectors, $0.preferred) }
             existing = promise.futureResult
@@ -177,23 +358,46 @@ public final class OverlayDialer: Sendable {
         promise: EventLoopPromise<Connection>
     ) {
         let box = self.connectionBox
-        let keepalive = self.keepalive
+        let (keepalive, idle) = (self.keepalive, self.idle)
         let connector = connectors[index]
         let mine = promise.futureResult
-        connector.connect(on: eventLoop) { channel in
+        let mineID = ObjectIdentifier(mine)
+        connector.connect(on: eventLoop) { channel, alpn in
             let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
                 mode: .client,
-                keepalive: KeepaliveHandler(keepalive)
+                keepalive: KeepaliveHandler(
+                    keepalive,
+                    idle: idle,
+                    onSilence: { silent in
+                        // By identity, not the future itself: the future holds the connection, whose HTTP/2 handler
+                        // holds this handler (its stream counter), so capturing it would be a cycle that outlives
+                        // the connection (LeakSanitizer found it).
+                        guard box.withLockedValue({ $0.map(ObjectIdentifier.init) == mineID }) else { return }
+                        self.linkEvent { $0.keepalive(silent: silent) }
+                    }
+                )
             )
             try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
-            promise.succeed(Connection(channel: channel, multiplexer: multiplexer))
+            promise.succeed(
+                Connection(
+                    channel: channel,
+                    multiplexer: multiplexer,
+                    earlyHello: alpn == FabricProtocol.dialEarlyALPN
+                )
+            )
             channel.closeFuture.whenComplete { _ in
                 // Forget this connection only if it is still the current one (not after a renewal swapped it).
-                box.withLockedValue { if $0 === mine { $0 = nil } }
+                let current = box.withLockedValue { box -> Bool in
+                    guard box === mine else { return false }
+                    box = nil
+                    return true
+                }
+                if current { self.linkEvent { $0.connectionClosed() } }
             }
         }.whenComplete { result in
             switch result {
             case .success:
+                self.linkEvent { $0.connected() }
                 self.current.withLockedValue { current in
                     if let found = current.connectors.firstIndex(where: { $0.address == connector.address }) {
                         current.preferred = found
@@ -203,7 +407,9 @@ public final class OverlayDialer: Sendable {
                 let reason = "\(connector.address): \((error as? ILSError)?.reason ?? "\(error)")"
                 guard tries > 1 else {
                     box.withLockedValue { if $0 === mine { $0 = nil } }
-                    promise.fail(DialError.controllerUnreachable(Self.unreachable(errors + [reason])))
+                    let failure = Self.unreachable(errors + [reason])
+                    self.linkEvent { $0.connectFailed(code: "controller_unreachable", reason: failure) }
+                    promise.fail(DialError.controllerUnreachable(failure))
                     return
                 }
                 self.connect(
@@ -231,8 +437,19 @@ public final class OverlayDialer: Sendable {
     /// the keepalive timeout instead of at its next interval; a circuit whose connection dies before it was answered
     /// is then dialled once more on a new connection, so the app's request goes through instead of failing.
     public func dial(service: String) -> EventLoopFuture<any Channel> {
+        afterRenewal { self.dialNow(service: service) }
+    }
+
+    private func dialNow(service: String) -> EventLoopFuture<any Channel> {
+        if let expired = expired() {
+            linkEvent { $0.identityRefused(code: Self.identityExpired, reason: expired.reason) }
+            return eventLoop.makeFailedFuture(DialError.refused(code: Self.identityExpired, reason: expired.reason))
+        }
         let (connection, fresh) = connection()
         return dial(service: service, on: connection).flatMapError { error in
+            if case DialError.refused(let code, let reason) = error, Self.refusesIdentity(code) {
+                self.linkEvent { $0.identityRefused(code: code, reason: reason) }
+            }
             guard !fresh, Self.connectionDied(error) else { return self.eventLoop.makeFailedFuture(error) }
             self.connectionBox.withLockedValue { if $0 === connection { $0 = nil } }
             return self.dial(service: service, on: self.connection().0)
@@ -245,6 +462,21 @@ public final class OverlayDialer: Sendable {
     /// over it. A failure that another try may cure (no controller reachable, the gateway not linked yet, the stream
     /// lost before the answer) is tried again, waiting 100 ms doubling to 2 s, until the grace window ends; a refusal
     /// by the gateway or by policy ends the circuit with `E2ECircuitError.notResumed(because:)`.
+    /// Held circuits, for the link state: each counts from its hold until it is resumed or closes.
+    private let heldCircuits = NIOLockedValueBox<Set<ObjectIdentifier>>([])
+
+    private func linkHeld(_ circuit: CircuitChannel) {
+        let key = ObjectIdentifier(circuit)
+        guard heldCircuits.withLockedValue({ $0.insert(key).inserted }) else { return }
+        linkEvent { $0.circuitHeld() }
+        circuit.closeFuture.whenComplete { _ in self.linkResumed(circuit) }
+    }
+
+    private func linkResumed(_ circuit: CircuitChannel) {
+        guard heldCircuits.withLockedValue({ $0.remove(ObjectIdentifier(circuit)) != nil }) else { return }
+        linkEvent { $0.circuitSettled() }
+    }
+
     private func resume(_ circuit: CircuitChannel, service: String, backoff: TimeAmount) {
         let retry = { (reason: String) in
             let next = min(max(backoff * 2, .milliseconds(100)), .seconds(2))
@@ -267,7 +499,10 @@ public final class OverlayDialer: Sendable {
                 case .success(let stream):
                     do {
                         try circuit.sendResumption(on: stream.pipeline.syncOperations, attempt: attempt) { failure in
-                            guard let failure else { return }
+                            guard let failure else {
+                                self.linkResumed(circuit)
+                                return
+                            }
                             if failure.refused {
                                 circuit.failResumption(failure.reason)
                             } else {
@@ -293,6 +528,10 @@ public final class OverlayDialer: Sendable {
     /// A stream through the controller the dialer reaches now to `gateway`'s links for `service`, opened with
     /// `FabricProtocol.resumeHeader`, its frames decoded: what a resumption's RESUME goes on.
     package func openResumptionStream(service: String, gateway: String) -> EventLoopFuture<any Channel> {
+        afterRenewal { self.openResumptionStreamNow(service: service, gateway: gateway) }
+    }
+
+    private func openResumptionStreamNow(service: String, gateway: String) -> EventLoopFuture<any Channel> {
         connection().0.flatMap { connection -> EventLoopFuture<any Channel> in
             let opened = self.eventLoop.makePromise(of: Void.self)
             let stream = connection.multiplexer.createStreamChannel { stream in
@@ -316,16 +555,36 @@ public final class OverlayDialer: Sendable {
         }
     }
 
+    /// The refusal code of a dial whose certificate has expired: it cannot renew itself, only a new enrollment helps.
+    public static let identityExpired = "identity_expired"
+
+    /// The error if the identity's certificate has expired by the dialer's clock (checked before each dial: a
+    /// controller would refuse the TLS handshake with a reason the app never sees).
+    private func expired() -> ILSError? {
+        let (file, notAfter) = current.withLockedValue { ($0.file, $0.notAfter) }
+        guard let notAfter, notAfter <= clock() else { return nil }
+        return Renewal.expired(file, on: notAfter)
+    }
+
+    /// A refusal of the identity itself, not of one circuit: the link state goes `offline` with it.
+    private static func refusesIdentity(_ code: String) -> Bool {
+        code == "identity_blocked" || code == identityExpired
+    }
+
     private static func connectionDied(_ error: any Error) -> Bool {
         if case DialError.refused(code: "closed", _) = error { return true }
         return error is ChannelError || error is NIOHTTP2Errors.StreamClosed
     }
 
+    /// Opens a circuit's stream on `connection` and, once the controller accepts it, the circuit over it. On
+    /// `ils-dial/2` the circuit (and its ClientHello) is set up with the stream, so the ClientHello follows the
+    /// `CONNECT` in the same flight instead of one round trip later; a refusal then closes that circuit unanswered.
     private func dial(service: String, on connection: EventLoopFuture<Connection>) -> EventLoopFuture<any Channel> {
         let credentials = current.withLockedValue { $0.credentials }
         return connection.flatMap { connection in
             connection.channel.triggerUserOutboundEvent(FabricKeepalive.Probe(), promise: nil)
             let opened = self.eventLoop.makePromise(of: Void.self)
+            let early = NIOLockedValueBox<CircuitChannel?>(nil)
             let stream = connection.multiplexer.createStreamChannel { stream in
                 stream.eventLoop.makeCompletedFuture {
                     try stream.pipeline.syncOperations.addHandler(
@@ -334,40 +593,55 @@ public final class OverlayDialer: Sendable {
                             self.heard(ControllerAddress.list(header: value))
                         }
                     )
+                    // After `CircuitDialer`, whose `CONNECT` is written first: the ClientHello follows it.
+                    if connection.earlyHello {
+                        let circuit = try self.circuit(on: stream, service: service, credentials: credentials)
+                        early.withLockedValue { $0 = circuit }
+                    }
                 }
             }
             // A stream that could not be made (the connection is closing) never answers: complete `opened` too, or
             // the promise and the futures waiting on it leak.
             stream.whenFailure { opened.fail($0) }
             return stream.and(opened.futureResult).flatMapThrowing { stream, _ -> any Channel in
-                let pipeline = stream.pipeline.syncOperations
-                try pipeline.addHandler(StreamDataCodec())
-                try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
-                let path = CircuitPathHandler()
-                try pipeline.addHandler(path)
-                // The caller gets the circuit, not the stream: the circuit outlives a lost stream (resumption).
-                let circuit = CircuitChannel(
-                    eventLoop: stream.eventLoop,
-                    allocator: stream.allocator,
-                    retention: self.retention
-                )
-                circuit.onHeld = { circuit in self.resume(circuit, service: service, backoff: .zero) }
-                circuit.start(on: path)
-                try circuit.pipeline.syncOperations.addHandler(
-                    E2EInitiatorHandler(
-                        credentials: credentials,
-                        service: service,
-                        version: self.handshakeVersion,
-                        suites: self.offeredSuites
-                    )
-                )
-                return circuit
+                if let circuit = early.withLockedValue({ $0 }) { return circuit }
+                return try self.circuit(on: stream, service: service, credentials: credentials)
             }.flatMapErrorThrowing { error in
+                early.withLockedValue { $0 }?.close(promise: nil)
                 if let refused = error as? CircuitRefused {
                     throw DialError.refused(code: refused.code, reason: refused.reason)
                 }
                 throw error
             }
         }
+    }
+
+    /// The circuit over `stream`: its frames decoded, its path, the end-to-end handler (which sends the ClientHello
+    /// at once). The caller gets the circuit, not the stream: the circuit outlives a lost stream (resumption).
+    private func circuit(
+        on stream: any Channel,
+        service: String,
+        credentials: E2EHandshake.Credentials
+    ) throws -> CircuitChannel {
+        let pipeline = stream.pipeline.syncOperations
+        try pipeline.addHandler(StreamDataCodec())
+        try pipeline.addHandler(ByteToMessageHandler(FrameDecoder()))
+        let path = CircuitPathHandler()
+        try pipeline.addHandler(path)
+        let circuit = CircuitChannel(eventLoop: stream.eventLoop, allocator: stream.allocator, retention: retention)
+        circuit.onHeld = { circuit in
+            self.linkHeld(circuit)
+            self.resume(circuit, service: service, backoff: .zero)
+        }
+        circuit.start(on: path)
+        try circuit.pipeline.syncOperations.addHandler(
+            E2EInitiatorHandler(
+                credentials: credentials,
+                service: service,
+                version: handshakeVersion,
+                suites: offeredSuites
+            )
+        )
+        return circuit
     }
 }

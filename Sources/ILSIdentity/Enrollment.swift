@@ -1,6 +1,7 @@
 public import Foundation
 public import ILSCore
 import ILSCrypto
+public import NIOCore
 
 /// The device side of enrollment: `enroll(token:)` returns the identity to an app, which stores it itself;
 /// `enroll(token:outputPath:force:)` writes it to a file for `ils-gateway enroll`.
@@ -57,8 +58,16 @@ public enum Enrollment {
     }
 
     /// `enroll(token:)` with the identity written to a file (0600, atomically, never over an existing file unless
-    /// `force`), and PEM copies next to it when `pem`: what `ils-gateway enroll` does.
-    public static func enroll(token: String, outputPath: String?, force: Bool, pem: Bool = false, now: Date = Date())
+    /// `force`), and PEM copies next to it when `pem`: what `ils-gateway enroll` does. `answerTimeout`, if given,
+    /// replaces `ControllerClient`'s 10 s for each of the controller's answers (tests wait as for any event).
+    public static func enroll(
+        token: String,
+        outputPath: String?,
+        force: Bool,
+        pem: Bool = false,
+        now: Date = Date(),
+        answerTimeout: TimeAmount? = nil
+    )
         async throws(ILSError)
         -> Result
     {
@@ -70,6 +79,7 @@ public enum Enrollment {
             file = try await enroll(
                 token: token,
                 now: now,
+                answerTimeout: answerTimeout,
                 checkLocally: { claims throws(ILSError) in
                     path = outputPath ?? defaultPath(for: claims.ils_name)
                     pemPaths = pem ? IdentityPEMFiles.paths(nextTo: path) : []
@@ -127,6 +137,7 @@ public enum Enrollment {
     static func enroll(
         token raw: String,
         now: Date,
+        answerTimeout: TimeAmount? = nil,
         checkLocally: (EnrollmentToken.Claims) throws(ILSError) -> Void,
         beforeSpending: () throws(ILSError) -> Void
     ) async throws(ILSError) -> IdentityFile {
@@ -146,8 +157,9 @@ public enum Enrollment {
             throw EnrollmentRefusal.malformedToken.error
         }
 
-        let client = ControllerClient(address: address, trust: .pinnedFingerprint(claims.ils_ca))
-        let info: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
+        var client = ControllerClient(address: address, trust: .pinnedFingerprint(claims.ils_ca))
+        if let answerTimeout { client.timeout = answerTimeout }
+        let info = try await client.call(ControllerRoutes.enrollInfo)
         guard info.address == claims.iss else { throw EnrollmentRefusal.wrongIssuer.error }
         let caFingerprint = try IdentityCertificateAuthority.fingerprint(pem: info.caCertificate)
         guard caFingerprint == claims.ils_ca else { throw EnrollmentRefusal.caMismatch.error }
@@ -156,9 +168,8 @@ public enum Enrollment {
 
         try beforeSpending()
         let keyPair = IdentityKeyPair.generate()
-        let response: ControllerAPI.EnrollResponse = try await client.call(
-            .POST,
-            "/v1/enroll",
+        let response = try await client.call(
+            ControllerRoutes.enroll,
             body: EnrollmentProof.makeRequest(token: token, keyPair: keyPair)
         )
         return try checkedFile(response, keyPair: keyPair, claims: claims)
