@@ -1,6 +1,7 @@
 import Foundation
 import ILSCore
 import ILSFabric
+import ILSStore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -225,13 +226,7 @@ final class Relay: Sendable {
             // link, holds it. The relay keeps nothing of the circuit; the device names the gateway.
             hosts = hosts.filter { $0.identity.id == gateway }
             guard !hosts.isEmpty else {
-                return eventLoop.makeSucceededFuture(
-                    .refuse(
-                        status: 503,
-                        code: "gateway_unavailable",
-                        reason: "the gateway holding the circuit is not linked to this controller right now"
-                    )
-                )
+                return eventLoop.makeSucceededFuture(unroutableResumption(gateway: gateway, service: policy))
             }
         }
         guard !hosts.isEmpty else {
@@ -240,6 +235,38 @@ final class Relay: Sendable {
             )
         }
         return attempt(hosts[...], service: service, device: device, deviceStream: stream, resuming: gateway)
+    }
+
+    /// The answer to a resumption whose gateway has no link here for the service. A gateway that may come back
+    /// (an active gateway identity the service's bind policy allows: it restarts, or links again after a network
+    /// change) is `gateway_unavailable`, which the device tries again within its grace window. Any other (no such
+    /// identity, not a gateway, revoked or disabled, one that may not host this service, or one linked here for
+    /// another service) never will hold the circuit: `no_such_gateway`, which the device takes as final at once instead of retrying it for the whole
+    /// window (issue 49: a RESUME naming another service's gateway was retried for 60 s).
+    ///
+    /// A gateway linked here for another service only is a process hosting that service (a gateway process hosts one,
+    /// `serve --service`): whatever held the circuit is gone from it.
+    func unroutableResumption(gateway id: String, service policy: ServiceRecord) -> CircuitDecision {
+        let state = controller.state
+        let hostsOther = self.state.withLockedValue { relay in
+            relay.hosts.contains { service, hosts in
+                service != policy.name && hosts.contains { $0.identity.id == id }
+            }
+        }
+        if !hostsOther, let record = state.identities.identity(id: id), record.role == .gateway,
+            (state.unsavedBlocks.block(id: id)?.state ?? record.state) == .active, policy.bind.allows(record)
+        {
+            return .refuse(
+                status: 503,
+                code: "gateway_unavailable",
+                reason: "the gateway holding the circuit is not linked to this controller right now"
+            )
+        }
+        return .refuse(
+            status: 404,
+            code: "no_such_gateway",
+            reason: "no gateway of '\(policy.name)' by that id can hold the circuit"
+        )
     }
 
     /// The device reset its stream before the circuit was open (nobody reads this answer).

@@ -515,7 +515,7 @@ public final class OverlayDialer: Sendable {
                     }
                 case .failure(let error):
                     if let refused = error as? CircuitRefused,
-                        ["dial_denied", "identity_blocked", "unknown_service"].contains(refused.code)
+                        Self.resumptionRefusedForGood.contains(refused.code)
                     {
                         circuit.failResumption(refused.reason)
                         return
@@ -524,6 +524,12 @@ public final class OverlayDialer: Sendable {
                 }
             }
     }
+
+    /// The relay's refusals of a resumption that no retry cures (docs/protocol.md, "Resuming a circuit"): the circuit
+    /// ends at once with the relay's reason. Any other is tried again while the grace window lasts.
+    static let resumptionRefusedForGood: Set<String> = [
+        "dial_denied", "identity_blocked", "unknown_service", "no_such_gateway",
+    ]
 
     /// A stream through the controller the dialer reaches now to `gateway`'s links for `service`, opened with
     /// `FabricProtocol.resumeHeader`, its frames decoded: what a resumption's RESUME goes on.

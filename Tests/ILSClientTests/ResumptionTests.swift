@@ -216,6 +216,98 @@ struct ResumptionTests {
         }
     }
 
+    /// A resumption naming a gateway that will never hold the circuit was refused `gateway_unavailable`, like one
+    /// naming a gateway that is only redialling, and the device tried it again for its whole grace window (issue 49:
+    /// 60 s). The relay tells them apart now: `no_such_gateway` is final.
+    @Test(
+        "the relay refuses for good a resumption naming a gateway that will never hold the circuit; one that may come back is tried again"
+    )
+    func resumptionNamingNoSuchGateway() async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
+            _ = try await cluster.admin().call(
+                ControllerRoutes.createService,
+                body: ControllerAPI.ServiceRequest(
+                    name: "second-api",
+                    dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["role:device"]),
+                    bind: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#second"])
+                )
+            )
+            try await cluster.addGateway(name: "gw-second", service: "second-api", attributes: ["second"])
+            let second = try #require(cluster.state.identities.identity(named: "gw-second"))
+            let hosting = try #require(cluster.state.identities.identity(named: "gw1"))
+            // An active gateway that may host the service and has no link now: it may come back.
+            let away = try await cluster.enroll("gw-away", role: .gateway)
+            let phone = try await cluster.enroll("tab", role: .device)
+            let dialer = try OverlayDialer(identity: phone)
+            func refusal(naming gateway: String) async -> String? {
+                do {
+                    let stream = try await dialer.openResumptionStream(service: "claude-api", gateway: gateway).get()
+                    try? await stream.close()
+                    return nil
+                } catch {
+                    return (error as? CircuitRefused)?.code ?? "\(error)"
+                }
+            }
+            #expect(await refusal(naming: UUID().uuidString.lowercased()) == "no_such_gateway")
+            #expect(await refusal(naming: phone.identity.id) == "no_such_gateway", "a device is no gateway")
+            #expect(await refusal(naming: second.id) == "no_such_gateway", "another service's gateway")
+            #expect(await refusal(naming: away.identity.id) == "gateway_unavailable")
+            #expect(await refusal(naming: hosting.id) == nil, "the hosting gateway's stream opens")
+        }
+    }
+
+    /// The device's side: a circuit whose gateway was revoked while it streamed ends at once with `not_resumed`.
+    /// Its grace window is ten times the hang guard, so a device that still tried `gateway_unavailable` again until
+    /// its window ran out would fail this test at the hang guard, not after it.
+    @Test(
+        "a device whose gateway is revoked mid-stream gets not_resumed at its first resumption, not at its window's end"
+    )
+    func revokedGatewayEndsTheResumptionAtOnce() async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
+            let identity = try await cluster.enroll("tab", role: .device)
+            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
+            let client = OverlayClient(
+                dialer: try OverlayDialer(identity: identity, retention: CircuitRetention(grace: window))
+            )
+            let outcome = NIOLockedValueBox<String?>(nil)
+            let revokedAt = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+            let streaming = Task {
+                let reason: String
+                do {
+                    let response = try await client.stream(
+                        URLRequest(url: URL(string: "http://claude-api/sse?n=100000&interval_ms=10")!)
+                    )
+                    var received = ""
+                    var revoked = false
+                    for try await chunk in response.body {
+                        received += String(decoding: chunk, as: UTF8.self)
+                        if !revoked, sseData(received).count >= 3 {
+                            revoked = true
+                            revokedAt.withLockedValue { $0 = .now }
+                            let _: IdentityRecord = try await cluster.admin().call(
+                                .POST,
+                                "/v1/admin/identities/gw1/revoke"
+                            )
+                        }
+                    }
+                    reason = "ended"
+                } catch let error as URLError {
+                    reason = error.userInfo[OverlayURLError.reasonKey] as? String ?? "\(error)"
+                } catch {
+                    reason = "\(error)"
+                }
+                outcome.withLockedValue { $0 = reason }
+                if let revokedAt = revokedAt.withLockedValue({ $0 }) {
+                    print("revocation to \(reason): \(ContinuousClock.now - revokedAt)")
+                }
+            }
+            let ended = await TestCluster.eventually { outcome.withLockedValue { $0 } != nil }
+            if !ended { streaming.cancel() }
+            #expect(ended, "the device was still trying to resume at the hang guard")
+            #expect(outcome.withLockedValue { $0 } == "not_resumed")
+        }
+    }
+
     /// A plain close between a request and its answer's head was a clean end (FINAL), and a held circuit that ended
     /// cleanly waited for its device for the whole grace window: at stop 46's CI, 71 circuits whose backends had not
     /// answered yet kept 22,720 bytes long after their gateway stopped. The gateway's stop cuts them now, and a close

@@ -36,14 +36,31 @@ struct ControllerHandshakeTests {
             }
             // The server closes (recv returns 0 or a reset) long before this generous bound.
             #expect(await socket.waitForClose(timeoutSeconds: 20 * Int(TestTiming.scale)))
-            // And the port still serves a real client, whose own handshake (well under the deadline, even on a loaded
-            // machine) completes.
+            // And the port still serves a real client. Its own handshake is held to the same short deadline, which
+            // is this test's subject, not the client's: under AddressSanitizer with the whole suite beside it the
+            // deadline once closed it mid-handshake (a local CI of session 38). So the event is an answer on some
+            // connection, each tried afresh after a failure, within the hang guard: a server the abandoned
+            // connection broke gives none.
             let client = ControllerClient(
                 address: try ControllerAddress(parsing: "https://127.0.0.1:\(port)"),
                 trust: .pinnedFingerprint(fixture.state.authority.fingerprint)
             ).patient
-            let info: ControllerAPI.EnrollInfo = try await client.call(.GET, "/v1/enroll/info")
-            #expect(info.caCertificate == fixture.state.authority.certificatePEM)
+            let clock = ContinuousClock()
+            let deadline = clock.now + TestTiming.hangGuard
+            var info: ControllerAPI.EnrollInfo?
+            var failures: [String] = []
+            while info == nil, clock.now < deadline {
+                do {
+                    info = try await client.call(.GET, "/v1/enroll/info")
+                } catch {
+                    failures.append("\(error)")
+                    // Sleep: paces the next attempt; nothing is asserted about the time.
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            let served = try #require(info, "the port never served again: \(failures.suffix(3))")
+            #expect(served.caCertificate == fixture.state.authority.certificatePEM)
+            if !failures.isEmpty { print("the real client's handshake was cut \(failures.count) times first") }
         }
     }
 }

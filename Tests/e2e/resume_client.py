@@ -796,7 +796,7 @@ class Circuit:
                 stream.write(frame(message))
                 body = stream.read_frame(time.monotonic() + timeout)
             except CircuitRefused as e:
-                if e.code in ("dial_denied", "identity_blocked", "unknown_service"):
+                if e.code in ("dial_denied", "identity_blocked", "unknown_service", "no_such_gateway"):
                     raise NotResumed(e.code, e)
                 retry_reason: Exception = e
             except (PathLost, OSError, TimeoutError) as e:
