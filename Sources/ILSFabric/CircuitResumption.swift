@@ -36,8 +36,13 @@ public final class ResumableCircuits: Sendable {
 
     /// Ends every registered circuit (the gateway stops) with `close`: by default a plain close, which the gateway
     /// makes an abortive one (`CircuitCloseHandler.abort`) so that no circuit half-closes and lingers on while held.
-    public func closeAll(_ close: (CircuitChannel) -> Void = { $0.close(promise: nil) }) {
-        for circuit in circuits.withLockedValue({ Array($0.values) }) { close(circuit) }
+    /// Returns when each has closed.
+    @discardableResult
+    public func closeAll(_ close: (CircuitChannel) -> Void = { $0.close(promise: nil) }) -> [EventLoopFuture<Void>] {
+        circuits.withLockedValue({ Array($0.values) }).map { circuit in
+            close(circuit)
+            return circuit.closeFuture
+        }
     }
 
     func add(_ circuit: CircuitChannel, id: [UInt8]) {

@@ -256,55 +256,77 @@ struct ResumptionTests {
         }
     }
 
+    /// A device whose grace window is ten times the hang guard: one that took its circuit's end for a lost path and
+    /// tried to resume it until its window ran out fails a test at the hang guard, not after its window.
+    static func patientDevice(_ identity: IdentityFile) throws -> OverlayClient {
+        let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
+        return OverlayClient(dialer: try OverlayDialer(identity: identity, retention: CircuitRetention(grace: window)))
+    }
+
+    /// Streams SSE through `client`, does `act` once three events have arrived, and returns how the stream ended:
+    /// the overlay's reason (`not_resumed`, `truncated`), "ended", or nil if it had not ended at the hang guard. Prints
+    /// how long after `act` it ended.
+    static func streamUntilEnd(_ client: OverlayClient, after act: @escaping @Sendable () async throws -> Void)
+        async -> String?
+    {
+        let outcome = NIOLockedValueBox<String?>(nil)
+        let actedAt = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+        let streaming = Task {
+            let reason: String
+            do {
+                let response = try await client.stream(
+                    URLRequest(url: URL(string: "http://claude-api/sse?n=100000&interval_ms=10")!)
+                )
+                var received = ""
+                for try await chunk in response.body {
+                    received += String(decoding: chunk, as: UTF8.self)
+                    if actedAt.withLockedValue({ $0 }) == nil, sseData(received).count >= 3 {
+                        actedAt.withLockedValue { $0 = .now }
+                        try await act()
+                    }
+                }
+                reason = "ended"
+            } catch let error as URLError {
+                reason = error.userInfo[OverlayURLError.reasonKey] as? String ?? "\(error)"
+            } catch {
+                reason = "\(error)"
+            }
+            outcome.withLockedValue { $0 = reason }
+            if let actedAt = actedAt.withLockedValue({ $0 }) {
+                print("\(reason) \(ContinuousClock.now - actedAt) after")
+            }
+        }
+        if !(await TestCluster.eventually { outcome.withLockedValue { $0 } != nil }) { streaming.cancel() }
+        return outcome.withLockedValue { $0 }
+    }
+
     /// The device's side: a circuit whose gateway was revoked while it streamed ends at once with `not_resumed`.
-    /// Its grace window is ten times the hang guard, so a device that still tried `gateway_unavailable` again until
-    /// its window ran out would fail this test at the hang guard, not after it.
     @Test(
         "a device whose gateway is revoked mid-stream gets not_resumed at its first resumption, not at its window's end"
     )
     func revokedGatewayEndsTheResumptionAtOnce() async throws {
         try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
-            let identity = try await cluster.enroll("tab", role: .device)
-            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
-            let client = OverlayClient(
-                dialer: try OverlayDialer(identity: identity, retention: CircuitRetention(grace: window))
-            )
-            let outcome = NIOLockedValueBox<String?>(nil)
-            let revokedAt = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
-            let streaming = Task {
-                let reason: String
-                do {
-                    let response = try await client.stream(
-                        URLRequest(url: URL(string: "http://claude-api/sse?n=100000&interval_ms=10")!)
-                    )
-                    var received = ""
-                    var revoked = false
-                    for try await chunk in response.body {
-                        received += String(decoding: chunk, as: UTF8.self)
-                        if !revoked, sseData(received).count >= 3 {
-                            revoked = true
-                            revokedAt.withLockedValue { $0 = .now }
-                            let _: IdentityRecord = try await cluster.admin().call(
-                                .POST,
-                                "/v1/admin/identities/gw1/revoke"
-                            )
-                        }
-                    }
-                    reason = "ended"
-                } catch let error as URLError {
-                    reason = error.userInfo[OverlayURLError.reasonKey] as? String ?? "\(error)"
-                } catch {
-                    reason = "\(error)"
-                }
-                outcome.withLockedValue { $0 = reason }
-                if let revokedAt = revokedAt.withLockedValue({ $0 }) {
-                    print("revocation to \(reason): \(ContinuousClock.now - revokedAt)")
-                }
+            let client = try Self.patientDevice(try await cluster.enroll("tab", role: .device))
+            let reason = await Self.streamUntilEnd(client) {
+                let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/gw1/revoke")
             }
-            let ended = await TestCluster.eventually { outcome.withLockedValue { $0 } != nil }
-            if !ended { streaming.cancel() }
-            #expect(ended, "the device was still trying to resume at the hang guard")
-            #expect(outcome.withLockedValue { $0 } == "not_resumed")
+            #expect(reason == "not_resumed")
+        }
+    }
+
+    /// A gateway that stopped closed its links first: its devices took that for a lost path and resumed against a
+    /// gateway that was going (`not_resumed` 2.24 s later if it came back, nothing until their window's end if not:
+    /// issue 49). It ends its circuits first now, with CANCEL.
+    @Test("a gateway that stops tells its devices: their answers end truncated at once, and none resumes")
+    func stoppingGatewayTellsItsDevices() async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(600))) { cluster, backend in
+            let gateway = cluster.gateways[0]
+            let client = try Self.patientDevice(try await cluster.enroll("tab", role: .device))
+            let reason = await Self.streamUntilEnd(client) { gateway.stop() }
+            #expect(reason == "truncated")
+            #expect(gateway.resumedCount == 0)
+            #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
         }
     }
 
