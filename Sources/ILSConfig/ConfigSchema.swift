@@ -57,6 +57,7 @@ extension ConfigKey {
     public static let resumeBuffer = ConfigKey("resume-buffer")
     public static let resumeTotal = ConfigKey("resume-total")
     public static let resumePerIdentity = ConfigKey("resume-per-identity")
+    public static let resumeHeldPerIdentity = ConfigKey("resume-held-per-identity", .integer)
 }
 
 extension ConfigSchema {
@@ -79,7 +80,7 @@ extension ConfigSchema {
             .mode, .backend, .identity, .service, .listen, .tlsCert, .tlsKey, .plainHTTP, .backendHeaderTimeout,
             .backendConnectTimeout, .backendMaxConnections, .idleTimeout, .clientStallTimeout, .drainTimeout,
             .clientAuth, .policyGrace, .hstsMaxAge, .resumeGrace, .resumeBuffer, .resumeTotal,
-            .resumePerIdentity,
+            .resumePerIdentity, .resumeHeldPerIdentity,
         ] + connectionLimits + keepalives + observability
     )
 

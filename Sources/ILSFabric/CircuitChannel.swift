@@ -50,6 +50,11 @@ public struct CircuitRetention: Sendable {
     /// default bound. Without it a device with its circuits' cap open (`controller run --max-circuits-per-identity`)
     /// could make a gateway keep that many full bounds.
     public static let defaultPerIdentity = 32 * 1024 * 1024
+    /// 64: the most circuits of one identity held at once (`RetentionBudget.heldPerIdentity`). An app has a handful
+    /// of streams open, a browser behind a tunnel six connections per host; 64 leaves room for several of those,
+    /// while one device that loses its path with its whole cap of 256 circuits open cannot make a gateway hold them
+    /// all for a grace window (about 12,000 a minute at the defaults before, issue 49).
+    public static let defaultHeldPerIdentity = 64
 
     /// `perCircuit` is taken within `minimumPerCircuit`...`maximumPerCircuit`.
     public init(
@@ -67,29 +72,78 @@ public struct CircuitRetention: Sendable {
     public static let standard = CircuitRetention(budget: sharedBudget)
 }
 
-/// The bytes the circuits of a process keep for resumption: in all, and by the identity at each circuit's far end.
+/// The bytes the circuits of a process keep for resumption: in all, by the identity at each circuit's far end, and
+/// what held circuits (their path lost) keep.
 ///
-/// `limit` bounds held circuits (their path lost): at it they stop reading their sources. `perIdentity` bounds what
-/// one identity's circuits keep beyond `CircuitRetention.minimumPerCircuit` each: a circuit that keeps less than that
-/// is never stopped by its identity, so each circuit can always reach the bytes that make its peer's ACK due (and
-/// the ACK is what lets it go on: no circuit waits on another's). One identity therefore makes a process keep at
-/// most `perIdentity`, or `minimumPerCircuit` per circuit if that is more, plus a write per circuit.
+/// `limit` bounds held circuits hard: what they keep, counted from the moment they are held (what a circuit kept
+/// while attached is carried in whole), never exceeds it. A circuit is held only if what it keeps fits under the
+/// limit beside the others, and only while its identity holds fewer than `heldPerIdentity` circuits; else it is not
+/// held at all and ends with its path (its backend request too; its device's resumption is refused). Why not evict
+/// the oldest held circuit of the identity holding most instead: a held circuit is one a device is about to resume,
+/// and an eviction would trade a circuit that has waited for one that just arrived; refusing the newcomer is
+/// decided on the spot, costs no scan, and the per-identity cap already keeps one device from filling the total
+/// alone. A held circuit reads its source (the backend's answer) only while it holds a reservation of one read's
+/// worth (`writeReserve`) under the limit: the read it starts then always fits, so the limit holds even with every
+/// held circuit mid-read (the bound was soft before: each circuit learned that the total was full only at its next
+/// write, so 400 circuits of one device kept 12 times a 32 MiB total, issue 49).
+///
+/// `perIdentity` bounds what one identity's circuits keep beyond `CircuitRetention.minimumPerCircuit` each,
+/// attached or held: a circuit that keeps less than that is never stopped by its identity, so each circuit can
+/// always reach the bytes that make its peer's ACK due (and the ACK is what lets it go on: no circuit waits on
+/// another's). One identity therefore makes a process keep at most `perIdentity`, or `minimumPerCircuit` per circuit
+/// if that is more, plus a write per circuit.
 public final class RetentionBudget: Sendable {
     public let limit: Int
     public let perIdentity: Int
+    public let heldPerIdentity: Int
+
+    /// What a held circuit reserves under `limit` to read once more from its source: the most one backend read
+    /// becomes as records (64 KiB at most, `BackendPool`; its body parts, two if it spans the end of one of the
+    /// backend's chunks, sealed into records whose buffers the allocator rounds up to powers of two, up to twice
+    /// their bytes, plus `CircuitChannel.recordOverhead` each).
+    public static let writeReserve = 2 * (64 * 1024 + 1024) + 4 * CircuitChannel.recordOverhead
+
+    /// Why a circuit was not held.
+    public enum Refusal: String, Sendable, CaseIterable {
+        /// What it keeps does not fit under `limit` beside the other held circuits.
+        case total
+        /// Its identity holds `heldPerIdentity` circuits already.
+        case identity
+    }
+
     private struct Usage {
         var total = 0
         /// Only identities that keep something: an entry goes when its bytes come back to 0.
         var byIdentity: [String: Int] = [:]
+        /// What held circuits keep, their reservations included.
+        var held = 0
+        var heldCircuits = 0
+        var heldByIdentity: [String: Int] = [:]
+        var refused: [Refusal: Int] = [:]
     }
     private let used = NIOLockedValueBox(Usage())
 
-    public init(limit: Int, perIdentity: Int = CircuitRetention.defaultPerIdentity) {
+    public init(
+        limit: Int,
+        perIdentity: Int = CircuitRetention.defaultPerIdentity,
+        heldPerIdentity: Int = CircuitRetention.defaultHeldPerIdentity
+    ) {
         self.limit = limit
         self.perIdentity = perIdentity
+        self.heldPerIdentity = heldPerIdentity
     }
 
+    /// What every circuit keeps, attached and held.
     public var bytes: Int { used.withLockedValue { $0.total } }
+
+    /// What held circuits keep, with their reservations (`writeReserve`): at most `limit`.
+    public var heldBytes: Int { used.withLockedValue { $0.held } }
+
+    /// How many circuits are held now.
+    public var heldCircuits: Int { used.withLockedValue { $0.heldCircuits } }
+
+    /// Circuits that were not held, by the bound that refused them, since the start.
+    public func refused(_ bound: Refusal) -> Int { used.withLockedValue { $0.refused[bound] ?? 0 } }
 
     /// What the circuits whose far end is `identity` keep.
     public func bytes(of identity: String) -> Int { used.withLockedValue { $0.byIdentity[identity] ?? 0 } }
@@ -97,14 +151,66 @@ public final class RetentionBudget: Sendable {
     /// How many identities keep something now (the registry's size).
     public var identities: Int { used.withLockedValue { $0.byIdentity.count } }
 
-    /// Counts `bytes` (negative: given back) for a circuit whose far end is `identity`; returns the totals after.
+    /// Counts `bytes` (negative: given back) for a circuit whose far end is `identity`, and against the held total
+    /// if the circuit is held (`held`); returns the totals after.
     @discardableResult
-    func add(_ bytes: Int, identity: String?) -> (total: Int, identity: Int) {
+    func add(_ bytes: Int, identity: String?, held: Bool = false) -> (total: Int, identity: Int) {
+        used.withLockedValue { used in
+            used.total += bytes
+            if held { used.held += bytes }
+            guard let identity else { return (used.total, 0) }
+            let kept = used.byIdentity[identity, default: 0] + bytes
+            used.byIdentity[identity] = kept > 0 ? kept : nil
+            return (used.total, kept)
+        }
+    }
+
+    /// A circuit that keeps `bytes` lost its path: whether it may be held (then it counts against the held total
+    /// and its identity's held circuits), or the bound that refuses it.
+    func hold(_ bytes: Int, identity: String?) -> Refusal? {
+        used.withLockedValue { used in
+            if let identity, used.heldByIdentity[identity, default: 0] >= heldPerIdentity {
+                used.refused[.identity, default: 0] += 1
+                return .identity
+            }
+            guard used.held + bytes <= limit else {
+                used.refused[.total, default: 0] += 1
+                return .total
+            }
+            used.held += bytes
+            used.heldCircuits += 1
+            if let identity { used.heldByIdentity[identity, default: 0] += 1 }
+            return nil
+        }
+    }
+
+    /// A held circuit that keeps `bytes` and reserves `reserved` is no longer held (resumed, or closing).
+    func release(_ bytes: Int, reserved: Int, identity: String?) {
+        used.withLockedValue { used in
+            used.held -= bytes + reserved
+            used.heldCircuits -= 1
+            guard let identity else { return }
+            let held = used.heldByIdentity[identity, default: 0] - 1
+            used.heldByIdentity[identity] = held > 0 ? held : nil
+        }
+    }
+
+    /// Reserves `bytes` more for a held circuit under `limit`; false if they do not fit.
+    func reserve(_ bytes: Int) -> Bool {
+        used.withLockedValue { used in
+            guard used.held + bytes <= limit else { return false }
+            used.held += bytes
+            return true
+        }
+    }
+
+    /// Moves `bytes` of a held circuit's reservation to what it keeps: they are in the held total already.
+    func consumeReserve(_ bytes: Int, identity: String?) -> (total: Int, identity: Int) {
         used.withLockedValue { used in
             used.total += bytes
             guard let identity else { return (used.total, 0) }
             let kept = used.byIdentity[identity, default: 0] + bytes
-            used.byIdentity[identity] = kept > 0 ? kept : nil
+            used.byIdentity[identity] = kept
             return (used.total, kept)
         }
     }
@@ -158,6 +264,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private var retained = CircularBuffer<ByteBuffer>()
     private var firstRetained: UInt64 = 0
     private var retainedBytes = 0
+    /// Whether this circuit counts as held in the budget (`RetentionBudget.hold`), and what it has reserved there to
+    /// read once more while held (`RetentionBudget.writeReserve`).
+    private var heldInBudget = false
+    private var reserved = 0
     /// How many records we had sent when our direction ended (its FINAL the last): an ACK of that many has it.
     private var sentAtOutputEnd: UInt64?
     /// Promises of kept records written while the circuit was not writable.
@@ -199,6 +309,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     package var state: CircuitPathMachine.State { machine.state }
+
+    /// What this circuit keeps of its own records, as counted against the bounds (tests).
+    package var keptBytes: Int { retainedBytes }
 
     /// The stream under the circuit now, if any (tests: what a foreign client does below its end-to-end layer).
     package var pathStream: (any Channel)? { path?.channel }
@@ -285,9 +398,20 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         // A record of a resumable circuit is kept until acknowledged, so it is safe once kept, whatever becomes of
         // the path it goes on now (or the one it goes on later, if held). Its promise completes once the circuit is
         // writable, so a writer that waits on promises goes no faster than the peer acknowledges.
+        let cost = frame.capacity + Self.recordOverhead
         retained.append(frame)
-        retainedBytes += frame.capacity + Self.recordOverhead
-        let kept = retention.budget.add(frame.capacity + Self.recordOverhead, identity: peerID)
+        retainedBytes += cost
+        var kept: (total: Int, identity: Int)
+        if heldInBudget {
+            // Held: the read that brought it was started with a reservation, which covers it; what goes beyond (an
+            // ACK or the FINAL, written whatever the writability) counts against the held total directly.
+            let fromReserve = min(cost, reserved)
+            reserved -= fromReserve
+            kept = retention.budget.consumeReserve(fromReserve, identity: peerID)
+            if cost > fromReserve { kept = retention.budget.add(cost - fromReserve, identity: peerID, held: true) }
+        } else {
+            kept = retention.budget.add(cost, identity: peerID)
+        }
         // After END_STREAM (the circuit settled) a late record (an ACK) is kept, not written: nothing may follow.
         if !machine.pathOutputEnded { path?.write(frame, promise: nil) }
         updateWritability(kept: kept)
@@ -380,7 +504,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             freed += retained.removeFirst().capacity + Self.recordOverhead
         }
         retainedBytes -= freed
-        let kept = retention.budget.add(-freed, identity: peerID)
+        let kept = retention.budget.add(-freed, identity: peerID, held: heldInBudget)
         firstRetained += UInt64(drop)
         if let sent = sentAtOutputEnd, count >= sent { machine.outputWasAcknowledged() }
         updateWritability(kept: kept)
@@ -394,8 +518,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     /// Writable while the path is, and while what is kept is under the circuit's bound and, past
-    /// `minimumPerCircuit`, under its identity's (`RetentionBudget.perIdentity`); a held circuit (no path) also stops
-    /// at the process's total. The total bounds only held circuits: an attached circuit's keeping is its records in
+    /// `minimumPerCircuit`, under its identity's (`RetentionBudget.perIdentity`); a held circuit (no path) also only
+    /// while it holds a whole read's reservation under the held total (`RetentionBudget.writeReserve`), so the read
+    /// it may start fits. The total bounds only held circuits: an attached circuit's keeping is its records in
     /// flight, drained by the device's ACKs like an HTTP/2 window, and one device's held circuits filling the budget
     /// must not stall everyone else's answers. No circuit needs another's ACK to go on: one stopped by its identity
     /// keeps at least `minimumPerCircuit`, so its own peer owes it an ACK, and that ACK brings it here again.
@@ -403,16 +528,17 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private func updateWritability(kept: (total: Int, identity: Int)? = nil) {
         var writable = counting && (path?.isWritable ?? isHeld)
         if machine.resumable, writable {
+            let budget = retention.budget
             if retainedBytes >= retention.perCircuit {
                 writable = false
-            } else if retainedBytes >= CircuitRetention.minimumPerCircuit || isHeld {
-                let budget = retention.budget
-                let (total, identity) = kept ?? (budget.bytes, peerID.map(budget.bytes(of:)) ?? 0)
-                if retainedBytes >= CircuitRetention.minimumPerCircuit, identity >= budget.perIdentity {
-                    writable = false
-                } else if isHeld, total >= budget.limit {
-                    writable = false
-                }
+            } else if retainedBytes >= CircuitRetention.minimumPerCircuit {
+                let identity = kept?.identity ?? peerID.map(budget.bytes(of:)) ?? 0
+                if identity >= budget.perIdentity { writable = false }
+            }
+            if writable, heldInBudget {
+                let wanted = RetentionBudget.writeReserve - reserved
+                if wanted > 0, budget.reserve(wanted) { reserved += wanted }
+                writable = reserved == RetentionBudget.writeReserve
             }
         }
         let changed = flags.withLockedValue { flags -> Bool in
@@ -470,11 +596,39 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         case .end:
             finish(promise: nil)
         case .hold(let deadline):
+            // Held with a read's reservation already: the circuit's source may have a read under way, asked for
+            // while it was attached, which arrives whatever its writability now (200 held circuits went 0.55 MB past
+            // an 8 MiB total that way, each by its first read after the hold).
+            if let refusal = retention.budget.hold(retainedBytes + RetentionBudget.writeReserve, identity: peerID) {
+                // Not held at all: it ends with its path, as its grace window would end it (issue 49's hard bounds).
+                machine.closed()
+                pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed(because: Self.notHeld(refusal)))
+                if isActive { finish(promise: nil) }
+                return
+            }
+            heldInBudget = true
+            reserved = RetentionBudget.writeReserve
             flags.withLockedValue { $0.held = true }
             graceTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { self.graceRanOut() }
             updateWritability()
             onHeld?(self)
         }
+    }
+
+    /// Why a circuit that lost its path was not held.
+    static func notHeld(_ refusal: RetentionBudget.Refusal) -> String {
+        switch refusal {
+        case .total: "this end's held circuits keep as much as they may (--resume-total): it was not held"
+        case .identity: "this identity has as many circuits held at this end as it may: it was not held"
+        }
+    }
+
+    /// Gives the budget back what this circuit counted as held (it is resumed, or closes).
+    private func releaseHold() {
+        guard heldInBudget else { return }
+        retention.budget.release(retainedBytes, reserved: reserved, identity: peerID)
+        heldInBudget = false
+        reserved = 0
     }
 
     private func graceRanOut() {
@@ -545,6 +699,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     private func attach(_ new: CircuitPathHandler, peerReceived: UInt64, first: ByteBuffer?) {
+        releaseHold()
         flags.withLockedValue { $0.held = false }
         graceTimer?.cancel()
         graceTimer = nil
@@ -580,6 +735,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             $0.active = false
             $0.held = false
         }
+        releaseHold()
         retention.budget.add(-retainedBytes, identity: peerID)
         retained.removeAll()
         retainedBytes = 0

@@ -14,6 +14,15 @@ enum GatewayMetrics {
     /// (what the devices have not acknowledged): recorded at each scrape.
     static let circuitsHeld = Gauge(label: "ils_gateway_circuits_held")
     static let keptBytes = Gauge(label: "ils_gateway_resumption_kept_bytes")
+    /// What held circuits keep, with each one's reservation of a read (at most `--resume-total`).
+    static let heldBytes = Gauge(label: "ils_gateway_resumption_held_bytes")
+
+    /// Circuits that lost their path and were not held, by the bound that refused them (`total`: `--resume-total`,
+    /// `identity`: `--resume-held-per-identity`).
+    static func notHeld(_ bound: RetentionBudget.Refusal, count: Int) {
+        Counter(label: "ils_gateway_circuits_not_held_total", dimensions: [("bound", bound.rawValue)])
+            .increment(by: count)
+    }
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")

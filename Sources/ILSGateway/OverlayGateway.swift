@@ -370,7 +370,25 @@ public final class OverlayGateway: Service, Sendable {
     public func recordHeldGauges() {
         GatewayMetrics.circuitsHeld.record(circuits.counts.held)
         GatewayMetrics.keptBytes.record(retention.budget.bytes)
+        GatewayMetrics.heldBytes.record(retention.budget.heldBytes)
+        for bound in RetentionBudget.Refusal.allCases {
+            let now = retention.budget.refused(bound)
+            let new = notHeldCounted.withLockedValue { counted in
+                defer { counted[bound] = now }
+                return now - counted[bound, default: 0]
+            }
+            if new > 0 { GatewayMetrics.notHeld(bound, count: new) }
+        }
     }
+
+    /// The refusals of `RetentionBudget.hold` already counted in `ils_gateway_circuits_not_held_total`.
+    private let notHeldCounted = NIOLockedValueBox<[RetentionBudget.Refusal: Int]>([:])
+
+    /// What this gateway's held circuits keep, with their reservations (at most its total).
+    public var heldRetainedBytes: Int { retention.budget.heldBytes }
+
+    /// Circuits that lost their path and were not held, by the bound that refused them.
+    public func notHeld(_ bound: RetentionBudget.Refusal) -> Int { retention.budget.refused(bound) }
 
     /// Whether the gateway's own block list holds this identity (revoked or disabled).
     public func blocks(identityID: String) -> Bool { policy.blocks(identityID) }

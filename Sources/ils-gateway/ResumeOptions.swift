@@ -36,11 +36,20 @@ struct ResumeOptions: ParsableArguments {
 
     @Option(
         help: """
-            Overlay gateway: what all held circuits (their path lost) keep together (KiB, MiB or GiB); at this \
-            bound they stop reading their backends. Default: 256MiB.
+            Overlay gateway: what all held circuits (their path lost) keep together (KiB, MiB or GiB), counting \
+            what each kept when it was held: a circuit that would go over it is not held (it ends with its path); \
+            held circuits stop reading their backends before they reach it. Default: 256MiB.
             """
     )
     var resumeTotal: String?
+
+    @Option(
+        help: """
+            Overlay gateway: the most circuits of one device held at once; a further circuit whose path is lost \
+            is not held (it ends with its path, and its backend request with it). Default: 64.
+            """
+    )
+    var resumeHeldPerIdentity: Int?
 
     func resolve(_ layers: ConfigLayers) throws(ILSError) -> CircuitRetention {
         let grace = try Self.grace(layers, flag: resumeGrace)
@@ -68,10 +77,19 @@ struct ResumeOptions: ParsableArguments {
                     + "bound"
             )
         }
+        let heldPerIdentity =
+            layers.integer(.resumeHeldPerIdentity, flag: resumeHeldPerIdentity)
+            ?? CircuitRetention.defaultHeldPerIdentity
+        guard heldPerIdentity >= 1 else {
+            throw ILSError(
+                .invalidArgument,
+                "--resume-held-per-identity must be at least 1 (--resume-grace 0 holds no circuit at all)"
+            )
+        }
         return CircuitRetention(
             grace: grace,
             perCircuit: perCircuit,
-            budget: RetentionBudget(limit: limit, perIdentity: perIdentity)
+            budget: RetentionBudget(limit: limit, perIdentity: perIdentity, heldPerIdentity: heldPerIdentity)
         )
     }
 

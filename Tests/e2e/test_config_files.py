@@ -95,6 +95,17 @@ def test_resume_per_identity_below_a_circuit_floor_is_refused(ils_bin: Path, tmp
     assert list(tmp.iterdir()) == [config], "a refusal wrote something"
 
 
+def test_resume_held_per_identity_below_one_is_refused(ils_bin: Path, tmp: Path) -> None:
+    """A cap of 0 held circuits per device would hold none: that is `--resume-grace 0`, which says so. From the config
+    file too, by its key; refused before any file is read or written."""
+    refused(run(ils_bin, "serve", "--resume-held-per-identity", "0", cwd=tmp), 64,
+            "--resume-held-per-identity must be at least 1")
+    config = tmp / "gateway.yaml"
+    config.write_text("resume-held-per-identity: 0\n")
+    refused(run(ils_bin, "serve", "--config", str(config), cwd=tmp), 64, "--resume-held-per-identity must be at least 1")
+    assert list(tmp.iterdir()) == [config], "a refusal wrote something"
+
+
 def test_missing_and_unreadable_files(ils_bin: Path, tmp: Path) -> None:
     missing = tmp / "nope.yaml"
     refused(run(ils_bin, "serve", "--config", str(missing), cwd=tmp), 90, f"config file {missing} does not exist")

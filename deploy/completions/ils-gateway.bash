@@ -811,7 +811,7 @@ _ils-gateway_serve() {
     repeating_flags=()
     non_repeating_flags=(--plain-http --no-plain-http --metrics-allow-remote --no-metrics-allow-remote --version -h --help)
     repeating_options=()
-    non_repeating_options=(--mode --identity --service --client-auth --policy-grace --hsts-max-age --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --max-connections --max-connections-per-source --keepalive --keepalive-timeout --resume-grace --resume-buffer --resume-per-identity --resume-total --config --log-level --log-format --metrics)
+    non_repeating_options=(--mode --identity --service --client-auth --policy-grace --hsts-max-age --backend --listen --tls-cert --tls-key --backend-header-timeout --backend-connect-timeout --backend-max-connections --idle-timeout --client-stall-timeout --drain-timeout --max-connections --max-connections-per-source --keepalive --keepalive-timeout --resume-grace --resume-buffer --resume-per-identity --resume-total --resume-held-per-identity --config --log-level --log-format --metrics)
     __ils-gateway_offer_flags_options 0
 
     # Offer option value completions
@@ -888,6 +888,9 @@ _ils-gateway_serve() {
         return
         ;;
     '--resume-total')
+        return
+        ;;
+    '--resume-held-per-identity')
         return
         ;;
     '--config')
