@@ -363,6 +363,45 @@ struct ResumptionTests {
         }
     }
 
+    /// A device that stays connected but acknowledges nothing keeps each of its circuits at its bound, and their
+    /// backend requests open. The gateway's proxy core watches a circuit's writability as any client's: one that is
+    /// not writable for `--client-stall-timeout` (600 s by default; 2 s here, the deadline this test is about) is cut,
+    /// with CANCEL, and its backend request ends (issue 49 measured 75 s and called it for ever).
+    @Test("circuits whose device acknowledges nothing are cut at the stall timeout, with their backend requests")
+    func unacknowledgedCircuitsAreCut() async throws {
+        let circuits = 8
+        let cluster = try await TestCluster.start(
+            gateways: 0,
+            configureProxy: {
+                $0.clientStallTimeout = TestTiming.scaled(TimeSpan.seconds(2))
+            }
+        )
+        do {
+            let backend = try await cluster.addGateway(name: "gw1", retention: Self.gateway(grace: .seconds(600)))
+            let gateway = cluster.gateways[0]
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("mute", role: .device))
+            let request = ByteBuffer(string: "GET /bytes?size=\(64 * 1024 * 1024) HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            var opened: [any Channel] = []
+            for _ in 0..<circuits {
+                let circuit = try await dialer.dial(service: "claude-api").get()
+                // The app reads nothing: records wait below it, and a device acknowledges only what it handed up.
+                try await circuit.setOption(ChannelOptions.autoRead, value: false).get()
+                try await circuit.writeAndFlush(request)
+                opened.append(circuit)
+            }
+            #expect(await TestCluster.eventually { backend.record.connectionsAccepted == circuits })
+            #expect(await TestCluster.eventually { gateway.resumableCircuits.registered == 0 })
+            #expect(await TestCluster.eventually { backend.record.connectionsClosed == circuits })
+            #expect(gateway.retainedBytes == 0)
+            #expect(gateway.resumedCount == 0)
+            for circuit in opened { #expect(await TestCluster.eventually { !circuit.isActive }) }
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
     /// A plain close between a request and its answer's head was a clean end (FINAL), and a held circuit that ended
     /// cleanly waited for its device for the whole grace window: at stop 46's CI, 71 circuits whose backends had not
     /// answered yet kept 22,720 bytes long after their gateway stopped. The gateway's stop cuts them now, and a close
