@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from conftest import Backend, Certs, Gateway, ManagedProcess, free_port
+from conftest import STARTUP_TIMEOUT_S, Backend, Certs, Gateway, ManagedProcess, free_port, port_accepts
 from hostile import assert_no_growth, fd_count, read_until_closed, rss_bytes
 from test_hostile_controller import TunedController, api, assert_controller_serves, pem_files
 
@@ -62,7 +62,13 @@ def wait_open_connections(metrics_port: int, listener: str, n: int, explain) -> 
 
 def wait_all_counted_out(metrics_port: int, listener: str) -> None:
     """Until the server has counted every connection so far out again (the start-up's port probe among them): its
-    ils_connections_open gauge exists, so it counted one in, and reads 0."""
+    ils_connections_open gauge exists, so it counted one in, and reads 0. First until the metrics listener accepts:
+    it starts beside the server's own port, which the start-up waited for, and a first reading once came before it
+    (CI-2 of session 39: "connection refused" on the metrics port of HTTP mode's per-source test)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not port_accepts(metrics_port):
+        assert time.monotonic() < deadline, f"nothing accepts on the metrics port {metrics_port}"
+        time.sleep(0.05)
     wait_open_connections(metrics_port, listener, 0,
                           lambda _: f"ils_connections_open{{listener={listener}}} did not come back to 0")
 
