@@ -203,17 +203,6 @@ public final class RetentionBudget: Sendable {
             return true
         }
     }
-
-    /// Moves `bytes` of a held circuit's reservation to what it keeps: they are in the held total already.
-    func consumeReserve(_ bytes: Int, identity: String?) -> (total: Int, identity: Int) {
-        used.withLockedValue { used in
-            used.total += bytes
-            guard let identity else { return (used.total, 0) }
-            let kept = used.byIdentity[identity, default: 0] + bytes
-            used.byIdentity[identity] = kept
-            return (used.total, kept)
-        }
-    }
 }
 
 /// A circuit's plaintext side as a channel of its own, which outlives the path (the HTTP/2 stream) under it.
@@ -407,7 +396,8 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             // ACK or the FINAL, written whatever the writability) counts against the held total directly.
             let fromReserve = min(cost, reserved)
             reserved -= fromReserve
-            kept = retention.budget.consumeReserve(fromReserve, identity: peerID)
+            // What the reservation covers is in the held total already: counted as kept only.
+            kept = retention.budget.add(fromReserve, identity: peerID)
             if cost > fromReserve { kept = retention.budget.add(cost - fromReserve, identity: peerID, held: true) }
         } else {
             kept = retention.budget.add(cost, identity: peerID)
