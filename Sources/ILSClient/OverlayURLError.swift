@@ -68,6 +68,9 @@ public enum OverlayURLError {
         case let failed as E2ECircuitError where failed.code == E2ECircuitError.notResumed.code:
             // Its own reason: the app may offer to ask again, knowing the answer did not end and was not cut.
             return make(code: "not_resumed", reason: ControlCharacters.bounded(failed.reason, limit: 300), url: url)
+        case let refused as E2ECircuitError where E2ECircuitError.refusedCodes.contains(refused.code):
+            // The controller ended it: the identity was blocked, or the policy no longer lets it dial the service.
+            return make(code: refused.code, reason: ControlCharacters.bounded(refused.reason, limit: 300), url: url)
         case is CancellationError:
             return make(code: "cancelled", reason: "the request was cancelled", url: url)
         default:

@@ -173,6 +173,8 @@ public final class ControllerServer: Service, Sendable {
 
     /// Circuits spliced so far, by whether the device's and the gateway's streams shared an event loop.
     package var splices: (sameLoop: Int, crossLoop: Int) { relay.splices }
+    /// The gateways hosting each service through this controller, as the relay sees them (tests).
+    package var hosting: [String: [ControllerAPI.ServiceHost]] { relay.hosting() }
 
     /// Binds and starts serving in the background of `run`. Returns the bound address.
     public func start() async throws(ILSError) -> SocketAddress {

@@ -61,10 +61,28 @@ final class LiveConnections: Sendable {
     }
 
     /// Closes every connection of the identity, and with them all its circuits (each relay half closes its partner).
-    func close(identityID: String) {
+    /// With `blocked` (the identity may no longer connect: revoked, disabled, deleted), each connection is first told
+    /// why (`BlockedNotice`), so a device ends its circuits with `identity_blocked` instead of trying to resume them;
+    /// the close follows the notice's write, or `noticeBound` after it at most (a device that stopped reading does
+    /// not keep its connection open by that).
+    func close(identityID: String, blocked: String? = nil) {
         let open = connections.withLockedValue { Array(($0[identityID] ?? [:]).values) }
-        for channel in open { channel.close(promise: nil) }
+        for channel in open {
+            guard let blocked else {
+                channel.close(promise: nil)
+                continue
+            }
+            let written = channel.writeAndFlush(BlockedNotice.frame(reason: blocked))
+            let backstop = channel.eventLoop.scheduleTask(in: Self.noticeBound) { channel.close(promise: nil) }
+            written.whenComplete { _ in
+                backstop.cancel()
+                channel.close(promise: nil)
+            }
+        }
     }
+
+    /// How long a connection being closed for a blocked identity waits for its notice to be written.
+    static let noticeBound: TimeAmount = .milliseconds(500)
 
     /// Computes a grant and sends it on its service's control streams, under one lock, so two grants of a service
     /// computed one after the other from different threads reach every stream in that order (writes from one thread

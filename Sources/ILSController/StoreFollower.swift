@@ -49,7 +49,9 @@ struct StoreFollower: Sendable {
                     let servicesBefore = state.identities.allServices()
                     try await state.identities.reload(from: state.store)
                     let blocked = state.identities.blockedIDs
-                    for id in blocked.subtracting(blockedBefore) { live.close(identityID: id) }
+                    for id in blocked.subtracting(blockedBefore) {
+                        live.close(identityID: id, blocked: "the identity is revoked, disabled or deleted")
+                    }
                     live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
                     enforcement.reloaded(servicesBefore: servicesBefore)
                     logger.notice("store notifications resumed; identities reloaded")
@@ -77,14 +79,18 @@ struct StoreFollower: Sendable {
             }
             return
         }
-        live.close(identityID: id)
+        let name = after?.name ?? before?.name ?? id
+        live.close(
+            identityID: id,
+            blocked: admitted ? nil : "identity '\(name)' is \(after?.state.rawValue ?? "deleted")"
+        )
         if !admitted { live.push(HostControlMessage(blocked: controller.blockedIdentityIDs())) }
         logger.notice(
             // The feed also carries this controller's own writes, and may deliver one before the writer's own
             // update of the directory: the line says what is certain, that the store changed.
             "identity changed in the store; its connections here were closed",
             metadata: [
-                "identity": "\(after?.name ?? before?.name ?? id)", "state": "\(after?.state.rawValue ?? "deleted")",
+                "identity": "\(name)", "state": "\(after?.state.rawValue ?? "deleted")",
             ]
         )
     }

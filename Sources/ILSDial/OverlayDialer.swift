@@ -41,6 +41,14 @@ public final class OverlayDialer: Sendable {
         /// How many circuits and resumptions have waited for a renewal, all told (tests).
         var waited = 0
     }
+    /// The reason of the controller's last `BlockedNotice` (the identity was revoked, disabled or deleted), until a
+    /// circuit is accepted again or the identity is replaced: circuits held meanwhile end with it at once, without
+    /// a resumption that the relay would refuse.
+    private let blockedNotice = NIOLockedValueBox<String?>(nil)
+    /// Resumption streams asked for, all told (tests: a circuit ended by a notice asks for none).
+    private let resumptionsAsked = NIOLockedValueBox(0)
+    package var resumptionAttempts: Int { resumptionsAsked.withLockedValue { $0 } }
+
     /// The link state and who watches it (`linkStates`); each change is yielded under the lock, so in order.
     private let link = NIOLockedValueBox(LinkWatch())
 
@@ -183,6 +191,7 @@ public final class OverlayDialer: Sendable {
             loaded.preferred = loaded.connectors.firstIndex { $0.address == address } ?? 0
             current = loaded
         }
+        blockedNotice.withLockedValue { $0 = nil }
         connectionBox.withLockedValue { $0 = nil }
     }
 
@@ -377,6 +386,12 @@ public final class OverlayDialer: Sendable {
                     }
                 )
             )
+            try channel.pipeline.syncOperations.addHandler(
+                BlockedNoticeHandler { reason in
+                    self.blockedNotice.withLockedValue { $0 = reason }
+                    self.linkEvent { $0.identityRefused(code: BlockedNotice.code, reason: reason) }
+                }
+            )
             try channel.pipeline.syncOperations.addHandler(FabricConnectionErrorHandler())
             promise.succeed(
                 Connection(
@@ -493,6 +508,7 @@ public final class OverlayDialer: Sendable {
             circuit.failResumption("the grace window ran out")
             return
         }
+        resumptionsAsked.withLockedValue { $0 += 1 }
         openResumptionStream(service: service, gateway: gateway).hop(to: circuit.eventLoop).assumeIsolated()
             .whenComplete { result in
                 switch result {
@@ -517,7 +533,11 @@ public final class OverlayDialer: Sendable {
                     if let refused = error as? CircuitRefused,
                         Self.resumptionRefusedForGood.contains(refused.code)
                     {
-                        circuit.failResumption(refused.reason)
+                        if E2ECircuitError.refusedCodes.contains(refused.code) {
+                            circuit.failResumption(with: .refused(code: refused.code, reason: refused.reason))
+                        } else {
+                            circuit.failResumption(refused.reason)
+                        }
                         return
                     }
                     retry((error as? CircuitRefused)?.reason ?? "\(error)")
@@ -610,6 +630,8 @@ public final class OverlayDialer: Sendable {
             // the promise and the futures waiting on it leak.
             stream.whenFailure { opened.fail($0) }
             return stream.and(opened.futureResult).flatMapThrowing { stream, _ -> any Channel in
+                // Accepted: whatever a notice said no longer holds (the identity was enabled again).
+                self.blockedNotice.withLockedValue { $0 = nil }
                 if let circuit = early.withLockedValue({ $0 }) { return circuit }
                 return try self.circuit(on: stream, service: service, credentials: credentials)
             }.flatMapErrorThrowing { error in
@@ -636,6 +658,12 @@ public final class OverlayDialer: Sendable {
         try pipeline.addHandler(path)
         let circuit = CircuitChannel(eventLoop: stream.eventLoop, allocator: stream.allocator, retention: retention)
         circuit.onHeld = { circuit in
+            // The controller said why it closed the connection: the identity may no longer connect, so the relay
+            // would refuse the resumption. The circuit ends with that reason now.
+            if let reason = self.blockedNotice.withLockedValue({ $0 }) {
+                circuit.failResumption(with: .refused(code: BlockedNotice.code, reason: reason))
+                return
+            }
             self.linkHeld(circuit)
             self.resume(circuit, service: service, backoff: .zero)
         }

@@ -682,9 +682,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
 
     /// Ends a held circuit now: its resumption failed for good (`reason` says why).
     package func failResumption(_ reason: String) {
+        failResumption(with: E2ECircuitError.notResumed(because: reason))
+    }
+
+    /// Ends a held circuit now with `error` (`E2ECircuitError.refused`: the controller said the identity may no
+    /// longer use it).
+    package func failResumption(with error: E2ECircuitError) {
         guard isActive, isHeld else { return }
         machine.closed()
-        pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed(because: reason))
+        pipeline.syncOperations.fireErrorCaught(error)
         if isActive { finish(promise: nil) }
     }
 

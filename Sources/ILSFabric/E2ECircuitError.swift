@@ -37,5 +37,15 @@ public struct E2ECircuitError: Error, Sendable, Hashable, CustomStringConvertibl
         E2ECircuitError(code: "not_resumed", reason: "the circuit could not be resumed: \(reason)")
     }
 
+    /// The controller ended the circuit because its identity may no longer use it: `code` is the relay's
+    /// (`identity_blocked`: revoked, disabled or deleted; `dial_denied`: the service's dial policy no longer allows
+    /// it), `reason` its words. Not `not_resumed`: asking again will not help until an administrator acts.
+    public static func refused(code: String, reason: String) -> E2ECircuitError {
+        E2ECircuitError(code: code, reason: reason)
+    }
+
+    /// Relay codes that `refused` carries as they are: a held circuit refused with one of them ends with it.
+    public static let refusedCodes: Set<String> = ["identity_blocked", "dial_denied"]
+
     public var description: String { reason }
 }

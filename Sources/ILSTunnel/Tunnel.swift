@@ -312,6 +312,13 @@ final class CircuitErrorLogger: ChannelInboundHandler {
                 metadata: ["reason": "\(lost.reason)"]
             )
             Self.reset(client)
+        } else if let refused = error as? E2ECircuitError, E2ECircuitError.refusedCodes.contains(refused.code) {
+            // The controller ended it (the identity was blocked): the answer did not end either.
+            logger.warning(
+                "circuit ended by the controller; resetting the client connection",
+                metadata: ["code": "\(refused.code)", "reason": "\(refused.reason)"]
+            )
+            Self.reset(client)
         } else {
             logger.warning("circuit failed", metadata: ["error": "\(error)"])
         }

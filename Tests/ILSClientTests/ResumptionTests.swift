@@ -314,6 +314,32 @@ struct ResumptionTests {
         }
     }
 
+    /// Revocation and disable while attached (issue 49): the controller says why it closes the device's connection
+    /// (`BlockedNotice`), and the device ends its circuit with `identity_blocked` at once, without a resumption that
+    /// the relay would refuse anyway. Before, it held the circuit, asked to resume, and reported `not_resumed`.
+    @Test(
+        "a device revoked or disabled mid-stream gets identity_blocked and asks for no resumption",
+        arguments: ["revoke", "disable"]
+    )
+    func blockedDeviceEndsWithoutResuming(action: String) async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, backend in
+            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
+            let dialer = try OverlayDialer(
+                identity: try await cluster.enroll("tab", role: .device),
+                retention: CircuitRetention(grace: window)
+            )
+            let reason = await Self.streamUntilEnd(OverlayClient(dialer: dialer)) {
+                let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/tab/\(action)")
+            }
+            #expect(reason == "identity_blocked")
+            #expect(dialer.resumptionAttempts == 0)
+            #expect(cluster.gateways[0].resumedCount == 0)
+            #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
+            let offline = if case .offline(code: "identity_blocked", _) = dialer.linkState { true } else { false }
+            #expect(offline, "link state: \(dialer.linkState)")
+        }
+    }
+
     /// A gateway that stopped closed its links first: its devices took that for a lost path and resumed against a
     /// gateway that was going (`not_resumed` 2.24 s later if it came back, nothing until their window's end if not:
     /// issue 49). It ends its circuits first now, with CANCEL.

@@ -117,7 +117,8 @@ struct ServicePolicyTests {
             try await rogue.send(
                 HostControlMessage(dialGrant: DialGrant(service: "claude-api", policy: "anyOf()", identities: []))
             )
-            #expect(await TestCluster.eventually { !(circuit?.isActive ?? false) })
+            let open = try #require(circuit)
+            #expect(await TestCluster.eventually { !open.isActive })
             await rogue.stop()
         }
     }

@@ -258,12 +258,15 @@ def test_revoked_device_is_cut_and_refused(mtls: MTLS) -> None:
         tablet.close()
         phone.close()
     marker = uuid.uuid4().hex
+    # The module's gateway logged "client refused" for an earlier test already: wait for this refusal's own line.
+    mark = len(mtls.gateway.full_log())
     with mtls.client("tablet") as c:
         r = c.get(f"/debug/headers?probe={marker}")
     body = assert_gateway_error(r, 403)
     assert body["code"] == "identity_blocked", body
     assert backend_never_saw(mtls, marker)
-    mtls.gateway.wait_for_log("client refused")
+    refused = mtls.gateway.wait_for_log_count("client refused", after=mark)
+    assert "tablet" in refused and "identity_blocked" in refused, refused
 
 
 def test_deleted_device_is_refused(mtls: MTLS) -> None:
