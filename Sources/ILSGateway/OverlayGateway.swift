@@ -215,16 +215,27 @@ public final class OverlayGateway: Service, Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
         self.retention = retention
+        // One line a minute per identity for resumptions, and one a minute for expiries, each with the count since
+        // the last: 300 resumptions made 300 lines (issue 49), and a network that drops every device at once makes
+        // as many expiries.
+        let resumptions = LogTally<String>(interval: .seconds(60))
+        let expiries = LogTally<Bool>(interval: .seconds(60))
         self.circuits = ResumableCircuits(
             onExpired: { [logger] in
                 GatewayMetrics.circuitsNotResumed.increment()
+                guard let count = expiries.record(key: true) else { return }
                 logger.notice(
-                    "a held circuit was not resumed within the grace window; its backend request is cancelled"
+                    "a held circuit was not resumed within the grace window; its backend request is cancelled (once a minute)",
+                    metadata: ["since_last_line": "\(count)"]
                 )
             },
             onResumed: { [logger] identityID in
                 GatewayMetrics.circuitsResumed.increment()
-                logger.info("circuit resumed", metadata: ["identity_id": "\(identityID)"])
+                guard let count = resumptions.record(key: identityID) else { return }
+                logger.notice(
+                    "circuit resumed (once a minute per identity)",
+                    metadata: ["identity_id": "\(identityID)", "since_last_line": "\(count)"]
+                )
             }
         )
         // One event loop carries the controller connection, its circuits and their backend connections, so a

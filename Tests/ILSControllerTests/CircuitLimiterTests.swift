@@ -4,7 +4,7 @@ import Testing
 @testable import ILSController
 
 /// `CircuitLimiter`: what one identity may hold and open through a controller, counted exactly and refused with the
-/// cap that refused it; `LogTally`: one log line per key and interval, with the count.
+/// cap that refused it.
 @Suite("CircuitLimiter: per-identity circuit caps")
 struct CircuitLimiterTests {
     let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
@@ -38,19 +38,6 @@ struct CircuitLimiterTests {
         let later = start + .milliseconds(500)
         let more = (0..<10).filter { _ in limiter.admit(identityID: "a", now: later) == .admitted }.count
         #expect(more == 5)
-    }
-
-    @Test("a flood of events is one log line per key per interval, the next one with the count since the last")
-    func logTallyIsOneLinePerInterval() {
-        let tally = LogTally<String>(interval: .seconds(60))
-        let start = ContinuousClock.now
-        var lines: [Int] = []
-        for second in 0..<120 {
-            if let count = tally.record(key: "a", now: start + .seconds(second)) { lines.append(count) }
-        }
-        #expect(lines == [1, 60])
-        // Another key has its own interval.
-        #expect(tally.record(key: "b", now: start + .seconds(119)) == 1)
     }
 
     @Test("an idle identity with a full bucket is forgotten")

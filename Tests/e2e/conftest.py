@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -410,6 +411,7 @@ class Controller:
         self.log_dir = log_dir
         self.state_dir = root / "state"
         self.port = free_port()
+        self.metrics_port = free_port()
         self.address = f"https://127.0.0.1:{self.port}"
         self.process: Optional[ManagedProcess] = None
         self.init_result: Optional[CLIResult] = None
@@ -432,7 +434,8 @@ class Controller:
         self.process = ManagedProcess(
             "controller",
             [str(self.binary), "controller", "run", "--state-dir", str(self.state_dir),
-             "--listen", f"127.0.0.1:{self.port}", "--log-level", "info"],
+             "--listen", f"127.0.0.1:{self.port}", "--log-level", "info",
+             "--metrics", f"127.0.0.1:{self.metrics_port}"],
             self.log_dir,
             cwd=self.root,
             env=cli_env(),
@@ -454,6 +457,22 @@ class Controller:
 
     def logs(self) -> str:
         return self.process.logs() if self.process else ""
+
+    def refusals(self) -> float:
+        """Every refusal the controller counted (`ils_refusals_total`, all reasons): its log says a refused overlay
+        connection once a minute per reason, so a rate of refusals is read here."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                # The metrics listener starts beside the controller's port, a moment after it.
+                assert time.monotonic() < deadline, "the controller's metrics port never answered"
+                time.sleep(0.1)
+        return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                   if line.startswith("ils_refusals_total"))
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -166,11 +166,11 @@ def test_renewed_gateways_old_certificate_gets_no_circuit(controller: Controller
         # Item 5: the copy is refused now; it says why once and backs off to minutes.
         wait_for(lambda: "refused this gateway's identity" in copy.full_log(), HOSTING_BOUND_S,
                  "the copy being told it is refused")
-        refusals_mark = controller.process.full_log().count("overlay connection refused")
+        refusals_mark = controller.refusals()
         window = 20.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
-        refusals = controller.process.full_log().count("overlay connection refused") - refusals_mark
+        refusals = controller.refusals() - refusals_mark
         said = copy.full_log().count("refused this gateway's identity")
         print(f"the refused copy reconnected {refusals} times in {window:.0f} s and logged the reason at error "
               f"{copy.full_log().count('error ils-gateway: the controller refused')} time(s)")
@@ -200,11 +200,11 @@ def test_revoked_gateway_says_why_and_backs_off(controller: Controller, backend:
         assert r.returncode == 0, r.describe()
         wait_for(lambda: "refused this gateway's identity" in gateway.full_log(), HOSTING_BOUND_S,
                  "the revoked gateway being told why")
-        mark = controller.process.full_log().count("overlay connection refused")
+        mark = controller.refusals()
         window = 15.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
-        refusals = controller.process.full_log().count("overlay connection refused") - mark
+        refusals = controller.refusals() - mark
         print(f"revoked gateway: {refusals} reconnects in {window:.0f} s; log: "
               f"{[line for line in gateway.full_log().splitlines() if 'refused' in line][:3]}")
         assert refusals <= 2, f"the revoked gateway reconnected {refusals} times in {window:.0f} s"
