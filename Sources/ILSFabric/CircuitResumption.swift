@@ -10,6 +10,10 @@ public final class ResumableCircuits: Sendable {
     private let resumedTotal = NIOLockedValueBox(0)
 
     private let expiredTotal = NIOLockedValueBox(0)
+    private let closedTotal = NIOLockedValueBox(0)
+
+    /// Registered circuits that have closed so far (the gateway hands freed memory back to the system when it grows).
+    public var closed: Int { closedTotal.withLockedValue { $0 } }
 
     /// Resumptions accepted so far.
     public var resumed: Int { resumedTotal.withLockedValue { $0 } }
@@ -53,6 +57,7 @@ public final class ResumableCircuits: Sendable {
         }
         circuit.onClosed.append { [weak self] _ in
             _ = self?.circuits.withLockedValue { $0.removeValue(forKey: id) }
+            self?.closedTotal.withLockedValue { $0 += 1 }
         }
     }
 

@@ -194,12 +194,14 @@ public final class TestCluster: @unchecked Sendable {
         name: String,
         service: String = "claude-api",
         attributes: [String] = [],
-        retention: CircuitRetention? = nil
+        retention: CircuitRetention? = nil,
+        releaseMemory: (@Sendable () -> Void)? = nil
     ) async throws -> TestBackend {
         let (gateway, backend) = try await startGateway(
             identity: try await enroll(name, role: .gateway, attributes: attributes),
             service: service,
-            retention: retention
+            retention: retention,
+            releaseMemory: releaseMemory
         )
         guard await Self.eventually(TestTiming.hangGuard, { gateway.isHosting }) else {
             throw ILSError(.unavailable, "gateway never hosted")
@@ -214,7 +216,8 @@ public final class TestCluster: @unchecked Sendable {
     public func startGateway(
         identity: IdentityFile,
         service: String,
-        retention: CircuitRetention? = nil
+        retention: CircuitRetention? = nil,
+        releaseMemory: (@Sendable () -> Void)? = nil
     ) async throws -> (OverlayGateway, TestBackend) {
         let backend = try await TestBackend.start()
         var proxy = ProxyConfiguration(backend: BackendURL(host: "127.0.0.1", port: backend.port))
@@ -230,7 +233,8 @@ public final class TestCluster: @unchecked Sendable {
                 ?? CircuitRetention(
                     grace: ClusterDeadlines.resumeGrace,
                     budget: RetentionBudget(limit: CircuitRetention.defaultTotal)
-                )
+                ),
+            releaseMemory: releaseMemory
         )
         tasks.append(Task { try await gateway.run() })
         backends.append(backend)

@@ -170,7 +170,8 @@ struct ServeCommand: AsyncParsableCommand {
             proxy: proxy,
             logger: logger,
             keepalive: keepalive,
-            retention: retention
+            retention: retention,
+            releaseMemory: { MemoryTuning.trim() }
         )
         logger.info(
             "serving overlay mode (no listening socket)",
