@@ -506,6 +506,31 @@ def render(results: dict, before: dict | None = None) -> str:
             f"  request answered through the same tunnel by B: {', '.join(f'{t:.0f}' for t in fail['each_ms'])} ms.",
         ]
 
+    bound = results.get("held")
+    if bound:
+        lines += [
+            "",
+            f"### Held circuits against a hard total ({bound['date']})",
+            "",
+            "Measured by `deploy/bench/run.sh --only held` (deploy/bench/resume.py `held_bound`): one device's"
+            f" {bound['runs'][0]['circuits']} SSE circuits",
+            "(an event every 10 ms each) through a gateway of its own at `--resume-total"
+            f" {bound['runs'][0]['total_mib']}MiB`, its per-device cap of held circuits lifted; the",
+            "device's tunnel SIGKILLed with every stream open, at once (it acknowledged everything) or after it was"
+            " SIGSTOPped",
+            "for a while with its connection open (it acknowledged nothing meanwhile, so every circuit kept what its"
+            " bounds let it).",
+            "",
+            "| device | RSS before | attached | peak while held | held bytes (metric, peak) | held / not held |"
+            " 30 s after the window |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *[f"| {'stopped acknowledging ' + str(r['stop_acking_s']) + ' s' if r['stop_acking_s'] else 'acknowledging'}"
+              f" | {r['baseline_kib'] / 1024:.0f} MiB | {r['attached_kib'] / 1024:.0f} MiB"
+              f" | {r['held_peak_kib'] / 1024:.0f} MiB | {r['held_bytes_peak'] / 1048576:.1f} MiB"
+              f" | {r['expired']:.0f} / {r['not_held']:.0f}"
+              f" | {(r['30s_after_window_kib'] or r['after_window_kib']) / 1024:.0f} MiB |" for r in bound["runs"]],
+        ]
+
     resume = results.get("resume")
     if resume:
         over, sw, kill, held = resume["overhead"], resume["switches"], resume["controller_kill"], resume["held_memory"]
@@ -594,7 +619,8 @@ def render(results: dict, before: dict | None = None) -> str:
             f"  backend answers going on. Gateway RSS: {held['baseline_kib'] / 1024:.0f} MiB before the streams,"
             f" {held['attached_kib'] / 1024:.0f} MiB with them attached, at most {held['held_peak_kib'] / 1024:.0f} MiB"
             " while held,",
-            f"  {held['after_window_kib'] / 1024:.0f} MiB after the window ran out ({held['expired_logged']} circuits"
+            f"  {held['after_window_kib'] / 1024:.0f} MiB after the window ran out"
+            f" ({held.get('expired', held.get('expired_logged'))} circuits"
             " let go). The total bounds what held circuits keep; the rest of their answers waits in the backends.",
         ]
 

@@ -1063,7 +1063,7 @@ def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
     cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and so do
     `resume` and `mobile`; every run keeps the `handshake` section, which `ils-bench handshake` measures apart (the page
     says when)."""
-    if only and only <= {"cluster", "resume", "mobile"} and previous:
+    if only and only <= {"cluster", "resume", "mobile", "held"} and previous:
         return {**previous, **{name: results[name] for name in only}}
     if "handshake" in previous:
         return {**results, "handshake": previous["handshake"]}
@@ -1087,7 +1087,7 @@ def main() -> int:
     parser.add_argument("--mobile-samples", type=int, default=20,
                         help="samples per path and case on the mobile link, for its p50 and p90 (default 20)")
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
-                        "revocation, restart, floors, cluster, resume, mobile (default all). A run of cluster, resume or mobile alone "
+                        "revocation, restart, floors, cluster, resume, held, mobile (default all). A run of cluster, resume, held or mobile alone "
                         "keeps the other figures of --json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -1194,6 +1194,16 @@ def main() -> int:
     if want("resume"):
         print(f"== circuit resumption (after {settle(s):.1f} s idle wait)", flush=True)
         results["resume"] = resumption_figures(s, args)
+
+    if want("held"):
+        print(f"== held circuits against a hard total (after {settle(s):.1f} s idle wait)", flush=True)
+        sys.path.insert(0, str(Path(__file__).parent))
+        import resume  # noqa: E402
+
+        results["held"] = {"date": results.get("date"), "runs": [
+            resume.held_memory(sys.modules[__name__], s, 400, total_mib=32, grace_s=20, stop_acking_s=stop,
+                               name=f"held-{stop}")
+            for stop in (0, 40)]}
 
     if want("mobile"):
         print(f"== mobile link, 80 ms round trip: {args.mobile_samples} samples per path and case "
