@@ -64,7 +64,14 @@ final class Relay: Sendable {
         let doomed = state.withLockedValue { state in
             state.sessions.values.filter { $0.info.service == service && !keeping.contains($0.info.deviceID) }
         }
-        for session in doomed { session.deviceStream.close(promise: nil) }
+        // Reset with a code of its own, so the device ends the circuit with `dial_denied` instead of resuming it; the
+        // stream closes with the reset (a stream already gone fails the write: it is closed all the same).
+        for session in doomed {
+            let stream = session.deviceStream
+            stream.writeAndFlush(HTTP2Frame.FramePayload.rstStream(FabricProtocol.dialDeniedReset)).whenFailure { _ in
+                stream.close(promise: nil)
+            }
+        }
         return doomed.map(\.info)
     }
 

@@ -1,6 +1,7 @@
 public import ILSCrypto
 import NIOConcurrencyHelpers
 public import NIOCore
+import NIOHTTP2
 
 /// What the end-to-end handlers tell the circuit under them, as outbound user events.
 public enum CircuitRecordsEvent: Sendable {
@@ -567,6 +568,19 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
 
     func pathError(_ path: CircuitPathHandler, _ error: any Error) {
         guard path === self.path, isActive else { return }
+        if let reset = error as? NIOHTTP2Errors.StreamClosed, reset.errorCode == FabricProtocol.dialDeniedReset {
+            // The relay cut it: the service's dial policy no longer allows this identity. Not a lost path: the
+            // relay would refuse a resumption with `dial_denied`, so the circuit ends with that now.
+            machine.closed()
+            pipeline.syncOperations.fireErrorCaught(
+                E2ECircuitError.refused(
+                    code: "dial_denied",
+                    reason: "the service's dial policy no longer allows this identity: the controller ended the circuit"
+                )
+            )
+            if isActive { finish(promise: nil) }
+            return
+        }
         // A reset stream of a circuit that may be resumed is a lost path, not an error: `pathInactive` follows.
         if machine.resumable, !machine.isSettled, CircuitEnd.isCut(error), machine.grace > .zero { return }
         pipeline.syncOperations.fireErrorCaught(error)

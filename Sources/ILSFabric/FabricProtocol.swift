@@ -1,3 +1,5 @@
+public import NIOHTTP2
+
 /// The names the overlay's connections and circuit streams use on the wire (docs/protocol.md, "Data plane").
 public enum FabricProtocol {
     /// ALPN of a device's connection to the controller: HTTP/2, the controller is the server, one CONNECT stream per
@@ -24,6 +26,10 @@ public enum FabricProtocol {
     /// gateway is the identity id given. The relay sends it only to that gateway's links, with the header as it came
     /// and `deviceIDHeader`.
     public static let resumeHeader = "ils-resume"
+    /// The RST_STREAM error code with which the relay ends a circuit stream whose device the service's dial policy no
+    /// longer allows (a narrowed policy, a deleted service): "ILS" and 1. The device ends the circuit with
+    /// `dial_denied` instead of taking the reset for a lost path and resuming (docs/protocol.md, "Ending a circuit").
+    public static let dialDeniedReset = HTTP2ErrorCode(networkCode: 0x494C_5301)
     /// The device's identity id, from its certificate, on a resumption the relay opens to a gateway: the gateway
     /// resumes a circuit only for the identity it was made with.
     public static let deviceIDHeader = "ils-device-id"

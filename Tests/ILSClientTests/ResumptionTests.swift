@@ -343,14 +343,16 @@ struct ResumptionTests {
         await cluster.stop()
     }
 
-    /// Revocation and disable while attached (issue 49): the controller says why it closes the device's connection
-    /// (`BlockedNotice`), and the device ends its circuit with `identity_blocked` at once, without a resumption that
-    /// the relay would refuse anyway. Before, it held the circuit, asked to resume, and reported `not_resumed`.
+    /// Revocation, disable and narrowing while attached (issue 49): the controller says why it ends the device's
+    /// circuit (a GOAWAY on the connection of a blocked identity, `BlockedNotice`; a reset of its own code on the
+    /// stream of a circuit the dial policy no longer allows, `FabricProtocol.dialDeniedReset`), and the device ends it
+    /// with that reason at once, without a resumption that the relay would refuse anyway. Before, it held the
+    /// circuit, asked to resume, and reported `not_resumed`.
     @Test(
-        "a device revoked or disabled mid-stream gets identity_blocked and asks for no resumption",
-        arguments: ["revoke", "disable"]
+        "a device revoked, disabled or narrowed out mid-stream gets the reason and asks for no resumption",
+        arguments: [("revoke", "identity_blocked"), ("disable", "identity_blocked"), ("narrow", "dial_denied")]
     )
-    func blockedDeviceEndsWithoutResuming(action: String) async throws {
+    func blockedDeviceEndsWithoutResuming(action: String, expected: String) async throws {
         try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, backend in
             let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
             let dialer = try OverlayDialer(
@@ -358,14 +360,29 @@ struct ResumptionTests {
                 retention: CircuitRetention(grace: window)
             )
             let reason = await Self.streamUntilEnd(OverlayClient(dialer: dialer)) {
-                let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/tab/\(action)")
+                let admin = try cluster.admin()
+                guard action == "narrow" else {
+                    let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/tab/\(action)")
+                    return
+                }
+                let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
+                let _: ControllerAPI.ServiceInfo = try await admin.call(
+                    .PUT,
+                    "/v1/admin/services/claude-api",
+                    body: ControllerAPI.ServiceRequest(
+                        dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#someone-else"]),
+                        revision: current.revision
+                    )
+                )
             }
-            #expect(reason == "identity_blocked")
+            #expect(reason == expected)
             #expect(dialer.resumptionAttempts == 0)
             #expect(cluster.gateways[0].resumedCount == 0)
             #expect(await TestCluster.eventually { backend.record.streamsDisconnected == 1 })
-            let offline = if case .offline(code: "identity_blocked", _) = dialer.linkState { true } else { false }
-            #expect(offline, "link state: \(dialer.linkState)")
+            if expected == "identity_blocked" {
+                let offline = if case .offline(code: "identity_blocked", _) = dialer.linkState { true } else { false }
+                #expect(offline, "link state: \(dialer.linkState)")
+            }
         }
     }
 
