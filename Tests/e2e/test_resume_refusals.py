@@ -19,6 +19,7 @@ sleep standing in for one.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -401,3 +402,33 @@ def test_a_held_circuit_whose_answer_ended_is_kept_for_the_grace_window(ils_bin:
         events = sse.read_to_end()
         circuit.finish()
         assert indices(events) == list(range(n)) and events[-1][0] == "done", indices(events)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# (g) the gateway stops
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_a_gateway_that_stops_cancels_its_circuits_at_once(ils_bin: Path, tmp_path: Path) -> None:
+    """protocol.md, "Ending a circuit": the gateway stops (SIGTERM) and "ends its circuits this way before it closes
+    its links": the CANCEL record, then a reset. The device learns the answer was cut on purpose and does not try to
+    resume it: it does not wait for its grace window (60 s) against a gateway that is going, nor resume against one that
+    comes back (issue 49: devices got `not_resumed` 2.24 s later, or nothing until the window's end). The backend's
+    request is cancelled, and nothing is held."""
+    with lab(ils_bin, tmp_path) as lb:
+        before = lb.backend()
+        circuit, sse = start_stream(lb)
+        got = len(sse.events)
+        stopped = time.monotonic()
+        lb.o.gateway.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(Cancelled):
+            sse.read_events(N, timeout=EVENT_TIMEOUT_S)
+        took = time.monotonic() - stopped
+        print(f"\nthe device's answer ended with the gateway's CANCEL {took * 1000:.0f} ms after SIGTERM "
+              f"({len(sse.events) - got} more events before it)")
+        # Ordering, not timing: the end came from the stop, long before the 60 s window would have ended it.
+        assert took < 30, took
+        assert lb.o.gateway.proc.wait(timeout=30) == 0, "a graceful stop exits 0"
+        after = wait_until("the backend's request to be cancelled",
+                           lambda: (now := lb.backend())["disconnected"] == before["disconnected"] + 1 and now)
+        assert after["completed"] == before["completed"], (before, after)
