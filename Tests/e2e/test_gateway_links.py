@@ -167,6 +167,7 @@ def test_renewed_gateways_old_certificate_gets_no_circuit(controller: Controller
         wait_for(lambda: "refused this gateway's identity" in copy.full_log(), HOSTING_BOUND_S,
                  "the copy being told it is refused")
         refusals_mark = controller.refusals()
+        assert refusals_mark >= 1, "the controller counted no refusal of the copy's connection"
         window = 20.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
@@ -201,6 +202,7 @@ def test_revoked_gateway_says_why_and_backs_off(controller: Controller, backend:
         wait_for(lambda: "refused this gateway's identity" in gateway.full_log(), HOSTING_BOUND_S,
                  "the revoked gateway being told why")
         mark = controller.refusals()
+        assert mark >= 1, "the controller counted no refusal of the revoked gateway's connection"
         window = 15.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
