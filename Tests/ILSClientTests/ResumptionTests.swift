@@ -306,11 +306,17 @@ struct ResumptionTests {
     )
     func revokedGatewayEndsTheResumptionAtOnce() async throws {
         try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
-            let client = try Self.patientDevice(try await cluster.enroll("tab", role: .device))
-            let reason = await Self.streamUntilEnd(client) {
+            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
+            let dialer = try OverlayDialer(
+                identity: try await cluster.enroll("tab", role: .device),
+                retention: CircuitRetention(grace: window)
+            )
+            let reason = await Self.streamUntilEnd(OverlayClient(dialer: dialer)) {
                 let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/gw1/revoke")
             }
             #expect(reason == "not_resumed")
+            // Refused once (`no_such_gateway`: a revoked gateway never comes back), not tried again.
+            #expect(dialer.resumptionAttempts == 1)
         }
     }
 
