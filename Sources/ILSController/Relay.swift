@@ -65,9 +65,16 @@ final class Relay: Sendable {
             state.sessions.values.filter { $0.info.service == service && !keeping.contains($0.info.deviceID) }
         }
         // Reset with a code of its own, so the device ends the circuit with `dial_denied` instead of resuming it; the
-        // stream closes with the reset (a stream already gone fails the write: it is closed all the same).
+        // stream closes with the reset (a stream already gone fails the write: it is closed all the same). A device
+        // that may no longer connect at all (revoked, disabled, deleted: its connection is being closed with its own
+        // notice, `BlockedNotice`) is not told `dial_denied`: its stream just closes.
+        let directory = controller.state.identities
         for session in doomed {
             let stream = session.deviceStream
+            guard directory.identity(id: session.info.deviceID)?.state == .active else {
+                stream.close(promise: nil)
+                continue
+            }
             stream.writeAndFlush(HTTP2Frame.FramePayload.rstStream(FabricProtocol.dialDeniedReset)).whenFailure { _ in
                 stream.close(promise: nil)
             }

@@ -41,10 +41,18 @@ public final class OverlayDialer: Sendable {
         /// How many circuits and resumptions have waited for a renewal, all told (tests).
         var waited = 0
     }
-    /// The reason of the controller's last `BlockedNotice` (the identity was revoked, disabled or deleted), until a
-    /// circuit is accepted again or the identity is replaced: circuits held meanwhile end with it at once, without
-    /// a resumption that the relay would refuse.
-    private let blockedNotice = NIOLockedValueBox<String?>(nil)
+    /// The reason of the controller's last `BlockedNotice` (the identity was revoked, disabled or deleted) and the
+    /// connection it came on, until a circuit is accepted on another connection or the identity is replaced: circuits
+    /// held meanwhile end with it at once, and those already resuming stop, without a resumption that the relay would
+    /// refuse. (A circuit accepted on the notice's own connection was answered before the block.)
+    private let blockedNotice = NIOLockedValueBox<(reason: String, connection: ObjectIdentifier)?>(nil)
+
+    /// Ends a held circuit with the notice's reason, if there is one; returns whether it did.
+    private func endIfBlocked(_ circuit: CircuitChannel) -> Bool {
+        guard let reason = blockedNotice.withLockedValue({ $0?.reason }) else { return false }
+        circuit.failResumption(with: .refused(code: BlockedNotice.code, reason: reason))
+        return true
+    }
     /// Resumption streams asked for, all told (tests: a circuit ended by a notice asks for none).
     private let resumptionsAsked = NIOLockedValueBox(0)
     package var resumptionAttempts: Int { resumptionsAsked.withLockedValue { $0 } }
@@ -387,8 +395,8 @@ public final class OverlayDialer: Sendable {
                 )
             )
             try channel.pipeline.syncOperations.addHandler(
-                BlockedNoticeHandler { reason in
-                    self.blockedNotice.withLockedValue { $0 = reason }
+                BlockedNoticeHandler { [channelID = ObjectIdentifier(channel)] reason in
+                    self.blockedNotice.withLockedValue { $0 = (reason, channelID) }
                     self.linkEvent { $0.identityRefused(code: BlockedNotice.code, reason: reason) }
                 }
             )
@@ -503,7 +511,7 @@ public final class OverlayDialer: Sendable {
                 self.resume(circuit, service: service, backoff: next)
             }
         }
-        guard circuit.isHeld else { return }
+        guard circuit.isHeld, !endIfBlocked(circuit) else { return }
         guard let gateway = circuit.peerID, let attempt = circuit.nextAttempt() else {
             circuit.failResumption("the grace window ran out")
             return
@@ -630,8 +638,9 @@ public final class OverlayDialer: Sendable {
             // the promise and the futures waiting on it leak.
             stream.whenFailure { opened.fail($0) }
             return stream.and(opened.futureResult).flatMapThrowing { stream, _ -> any Channel in
-                // Accepted: whatever a notice said no longer holds (the identity was enabled again).
-                self.blockedNotice.withLockedValue { $0 = nil }
+                // Accepted on another connection than a notice's: it no longer holds (the identity was enabled again).
+                let connectionID = ObjectIdentifier(connection.channel)
+                self.blockedNotice.withLockedValue { if $0?.connection != connectionID { $0 = nil } }
                 if let circuit = early.withLockedValue({ $0 }) { return circuit }
                 return try self.circuit(on: stream, service: service, credentials: credentials)
             }.flatMapErrorThrowing { error in
@@ -660,10 +669,7 @@ public final class OverlayDialer: Sendable {
         circuit.onHeld = { circuit in
             // The controller said why it closed the connection: the identity may no longer connect, so the relay
             // would refuse the resumption. The circuit ends with that reason now.
-            if let reason = self.blockedNotice.withLockedValue({ $0 }) {
-                circuit.failResumption(with: .refused(code: BlockedNotice.code, reason: reason))
-                return
-            }
+            if self.endIfBlocked(circuit) { return }
             self.linkHeld(circuit)
             self.resume(circuit, service: service, backoff: .zero)
         }

@@ -568,7 +568,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
 
     func pathError(_ path: CircuitPathHandler, _ error: any Error) {
         guard path === self.path, isActive else { return }
-        if let reset = error as? NIOHTTP2Errors.StreamClosed, reset.errorCode == FabricProtocol.dialDeniedReset {
+        if let reset = error as? NIOHTTP2Errors.StreamClosed, reset.errorCode == FabricProtocol.dialDeniedReset,
+            !machine.isSettled
+        {
             // The relay cut it: the service's dial policy no longer allows this identity. Not a lost path: the
             // relay would refuse a resumption with `dial_denied`, so the circuit ends with that now.
             machine.closed()

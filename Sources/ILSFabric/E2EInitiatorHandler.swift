@@ -202,8 +202,13 @@ public final class E2EInitiatorHandler: ChannelDuplexHandler, RemovableChannelHa
     /// A reset of the established circuit's stream that this side did not ask for is a truncation (reported once,
     /// in place of the HTTP/2 error); other errors go up unchanged.
     public func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A circuit whose resumption failed says so once (`notResumed`); its close that follows is no cut to report.
-        if let failed = error as? E2ECircuitError, failed.code == E2ECircuitError.notResumed.code { end.closing() }
+        // A circuit whose resumption failed says so once (`notResumed`), as does one the controller ended for its
+        // identity (`refused`: identity_blocked, dial_denied); the close that follows is no cut to report.
+        if let failed = error as? E2ECircuitError,
+            failed.code == E2ECircuitError.notResumed.code || E2ECircuitError.refusedCodes.contains(failed.code)
+        {
+            end.closing()
+        }
         if case .established = state, CircuitEnd.isCut(error) {
             if end.reportTruncation() { context.fireErrorCaught(E2ECircuitError.truncated) }
             return

@@ -392,6 +392,45 @@ struct ResumptionTests {
         }
     }
 
+    /// What a circuit's own pipeline sees when the controller ends it: the reason once, and no `truncated` after it
+    /// (the app's reader stops at the first error; a handler on the circuit itself sees them all).
+    @Test(
+        "a circuit ended by the controller reports its reason once, and no truncation after it",
+        arguments: ["revoke", "narrow"]
+    )
+    func controllerEndIsReportedOnce(action: String) async throws {
+        try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
+            let dialer = try OverlayDialer(identity: try await cluster.enroll("tab", role: .device))
+            let circuit = try await dialer.dial(service: "claude-api").get()
+            let errors = ErrorCollector()
+            let seen = ByteCollector()
+            try await circuit.eventLoop.submit {
+                try circuit.pipeline.syncOperations.addHandler(seen)
+                try circuit.pipeline.syncOperations.addHandler(errors)
+            }.get()
+            try await circuit.writeAndFlush(
+                ByteBuffer(string: "GET /sse?n=100000&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
+            )
+            #expect(await TestCluster.eventually { sseData(seen.text).count >= 3 })
+            let admin = try cluster.admin()
+            if action == "revoke" {
+                let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/tab/revoke")
+            } else {
+                let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
+                let _: ControllerAPI.ServiceInfo = try await admin.call(
+                    .PUT,
+                    "/v1/admin/services/claude-api",
+                    body: ControllerAPI.ServiceRequest(
+                        dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#someone-else"]),
+                        revision: current.revision
+                    )
+                )
+            }
+            try await circuit.closeFuture.get()
+            #expect(errors.codes == [action == "revoke" ? "identity_blocked" : "dial_denied"])
+        }
+    }
+
     /// A gateway that stopped closed its links first: its devices took that for a lost path and resumed against a
     /// gateway that was going (`not_resumed` 2.24 s later if it came back, nothing until their window's end if not:
     /// issue 49). It ends its circuits first now, with CANCEL.
@@ -616,6 +655,18 @@ final class ByteCollector: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)
         bytes.withLockedValue { $0 += String(buffer: buffer) }
+    }
+}
+
+/// The codes of the circuit errors a circuit's pipeline reports, in order (other errors by their description).
+final class ErrorCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    private let seen = NIOLockedValueBox<[String]>([])
+
+    var codes: [String] { seen.withLockedValue { $0 } }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        seen.withLockedValue { $0.append((error as? E2ECircuitError)?.code ?? "\(error)") }
     }
 }
 

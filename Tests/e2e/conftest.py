@@ -458,9 +458,9 @@ class Controller:
     def logs(self) -> str:
         return self.process.logs() if self.process else ""
 
-    def refusals(self) -> float:
-        """Every refusal the controller counted (`ils_refusals_total`, all reasons): its log says a refused overlay
-        connection once a minute per reason, so a rate of refusals is read here."""
+    def refusals(self, reason: str) -> float:
+        """The refusals the controller counted for `reason` (`ils_refusals_total{reason=...}`): its log says a refused
+        overlay connection once a minute per reason, so a rate of refusals is read here."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             try:
@@ -472,7 +472,7 @@ class Controller:
                 assert time.monotonic() < deadline, "the controller's metrics port never answered"
                 time.sleep(0.1)
         return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-                   if line.startswith("ils_refusals_total"))
+                   if line.startswith("ils_refusals_total") and f'reason="{reason}"' in line)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ from test_overlay import SERVICE, Tunnel, enroll
 pytestmark = pytest.mark.e2e
 
 HOSTING_BOUND_S = 15.0
+# The `reason` label the controller counts a refused overlay connection under (`ils_refusals_total`): a superseded
+# certificate and a revoked identity are both `permission_denied`.
+REFUSED_IDENTITY = "permission_denied"
 
 
 def serve(controller: Controller, backend: Backend, identity_file: str, name: str) -> ManagedProcess:
@@ -166,12 +169,12 @@ def test_renewed_gateways_old_certificate_gets_no_circuit(controller: Controller
         # Item 5: the copy is refused now; it says why once and backs off to minutes.
         wait_for(lambda: "refused this gateway's identity" in copy.full_log(), HOSTING_BOUND_S,
                  "the copy being told it is refused")
-        refusals_mark = controller.refusals()
+        refusals_mark = controller.refusals(REFUSED_IDENTITY)
         assert refusals_mark >= 1, "the controller counted no refusal of the copy's connection"
         window = 20.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
-        refusals = controller.refusals() - refusals_mark
+        refusals = controller.refusals(REFUSED_IDENTITY) - refusals_mark
         said = copy.full_log().count("refused this gateway's identity")
         print(f"the refused copy reconnected {refusals} times in {window:.0f} s and logged the reason at error "
               f"{copy.full_log().count('error ils-gateway: the controller refused')} time(s)")
@@ -201,12 +204,12 @@ def test_revoked_gateway_says_why_and_backs_off(controller: Controller, backend:
         assert r.returncode == 0, r.describe()
         wait_for(lambda: "refused this gateway's identity" in gateway.full_log(), HOSTING_BOUND_S,
                  "the revoked gateway being told why")
-        mark = controller.refusals()
+        mark = controller.refusals(REFUSED_IDENTITY)
         assert mark >= 1, "the controller counted no refusal of the revoked gateway's connection"
         window = 15.0
         # Sleep: how often it reconnects is a rate, counted over a window of time: the window is the test.
         time.sleep(window)
-        refusals = controller.refusals() - mark
+        refusals = controller.refusals(REFUSED_IDENTITY) - mark
         print(f"revoked gateway: {refusals} reconnects in {window:.0f} s; log: "
               f"{[line for line in gateway.full_log().splitlines() if 'refused' in line][:3]}")
         assert refusals <= 2, f"the revoked gateway reconnected {refusals} times in {window:.0f} s"
