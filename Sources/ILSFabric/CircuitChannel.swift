@@ -278,8 +278,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// Called when the grace window ran out on a held circuit, before it closes.
     package var onGraceExpired: [(CircuitChannel) -> Void] = []
 
-    /// Whether the circuit is held, readable from any thread (metrics, tests).
+    /// Whether the circuit is held, readable from any thread (metrics, tests): the machine's state, mirrored by
+    /// `machineChanged` after each transition that can change it, so the two never disagree while callbacks run.
     public var heldFlag: Bool { flags.withLockedValue { $0.held } }
+
+    /// Mirrors the machine's "held" into `flags` (call after a transition: hold, resume, close, grace expiry).
+    private func machineChanged() {
+        let held = isHeld
+        flags.withLockedValue { $0.held = held }
+    }
 
     /// A circuit on `eventLoop` (its first path's), active at once; attach its first path before adding the
     /// end-to-end handler, which starts the handshake.
@@ -574,6 +581,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             // The relay cut it: the service's dial policy no longer allows this identity. Not a lost path: the
             // relay would refuse a resumption with `dial_denied`, so the circuit ends with that now.
             machine.closed()
+            machineChanged()
             pipeline.syncOperations.fireErrorCaught(
                 E2ECircuitError.refused(
                     code: "dial_denied",
@@ -608,13 +616,14 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             if let refusal = retention.budget.hold(retainedBytes + RetentionBudget.writeReserve, identity: peerID) {
                 // Not held at all: it ends with its path, as its grace window would end it (issue 49's hard bounds).
                 machine.closed()
+                machineChanged()
                 pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed(because: Self.notHeld(refusal)))
                 if isActive { finish(promise: nil) }
                 return
             }
             heldInBudget = true
             reserved = RetentionBudget.writeReserve
-            flags.withLockedValue { $0.held = true }
+            machineChanged()
             graceTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { self.graceRanOut() }
             updateWritability()
             onHeld?(self)
@@ -639,6 +648,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
 
     private func graceRanOut() {
         guard machine.graceExpired(now: .now()) else { return }
+        machineChanged()
         for callback in onGraceExpired { callback(self) }
         pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed)
         if isActive { finish(promise: nil) }
@@ -706,13 +716,14 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     package func failResumption(with error: E2ECircuitError) {
         guard isActive, isHeld else { return }
         machine.closed()
+        machineChanged()
         pipeline.syncOperations.fireErrorCaught(error)
         if isActive { finish(promise: nil) }
     }
 
     private func attach(_ new: CircuitPathHandler, peerReceived: UInt64, first: ByteBuffer?) {
         releaseHold()
-        flags.withLockedValue { $0.held = false }
+        machineChanged()
         graceTimer?.cancel()
         graceTimer = nil
         if let old = path {
@@ -742,11 +753,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private func finish(promise: EventLoopPromise<Void>?) {
         let action = path == nil ? .reset : machine.closing()
         machine.closed()
+        machineChanged()
         graceTimer?.cancel()
-        flags.withLockedValue {
-            $0.active = false
-            $0.held = false
-        }
+        flags.withLockedValue { $0.active = false }
         releaseHold()
         retention.budget.add(-retainedBytes, identity: peerID)
         retained.removeAll()
