@@ -45,7 +45,10 @@ public final class OverlayDialer: Sendable {
     /// connection it came on, until a circuit is accepted on another connection or the identity is replaced: circuits
     /// held meanwhile end with it at once, and those already resuming stop, without a resumption that the relay would
     /// refuse. (A circuit accepted on the notice's own connection was answered before the block.)
-    private let blockedNotice = NIOLockedValueBox<(reason: String, connection: ObjectIdentifier)?>(nil)
+    private let blockedNotice = NIOLockedValueBox<(reason: String, connection: Int)?>(nil)
+    /// Numbers the dialer's connections (`Connection.number`), so a notice names its connection for good (an object
+    /// identifier can be reused once the connection is gone).
+    private let connectionsMade = NIOLockedValueBox(0)
 
     /// Ends a held circuit with the notice's reason, if there is one; returns whether it did.
     private func endIfBlocked(_ circuit: CircuitChannel) -> Bool {
@@ -312,6 +315,8 @@ public final class OverlayDialer: Sendable {
         let channel: any Channel
         let multiplexer: NIOHTTP2Handler.StreamMultiplexer
         let earlyHello: Bool
+        /// This dialer's count of connections made when this one was (`connectionsMade`).
+        let number: Int
     }
 
     /// What the link to the overlay is doing now (`LinkState`).
@@ -380,6 +385,10 @@ public final class OverlayDialer: Sendable {
         let mine = promise.futureResult
         let mineID = ObjectIdentifier(mine)
         connector.connect(on: eventLoop) { channel, alpn in
+            let number = self.connectionsMade.withLockedValue {
+                $0 += 1
+                return $0
+            }
             let multiplexer = try channel.pipeline.syncOperations.configureFabricHTTP2(
                 mode: .client,
                 keepalive: KeepaliveHandler(
@@ -395,8 +404,8 @@ public final class OverlayDialer: Sendable {
                 )
             )
             try channel.pipeline.syncOperations.addHandler(
-                BlockedNoticeHandler { [channelID = ObjectIdentifier(channel)] reason in
-                    self.blockedNotice.withLockedValue { $0 = (reason, channelID) }
+                BlockedNoticeHandler { reason in
+                    self.blockedNotice.withLockedValue { $0 = (reason, number) }
                     self.linkEvent { $0.identityRefused(code: BlockedNotice.code, reason: reason) }
                 }
             )
@@ -405,7 +414,8 @@ public final class OverlayDialer: Sendable {
                 Connection(
                     channel: channel,
                     multiplexer: multiplexer,
-                    earlyHello: alpn == FabricProtocol.dialEarlyALPN
+                    earlyHello: alpn == FabricProtocol.dialEarlyALPN,
+                    number: number
                 )
             )
             channel.closeFuture.whenComplete { _ in
@@ -639,8 +649,7 @@ public final class OverlayDialer: Sendable {
             stream.whenFailure { opened.fail($0) }
             return stream.and(opened.futureResult).flatMapThrowing { stream, _ -> any Channel in
                 // Accepted on another connection than a notice's: it no longer holds (the identity was enabled again).
-                let connectionID = ObjectIdentifier(connection.channel)
-                self.blockedNotice.withLockedValue { if $0?.connection != connectionID { $0 = nil } }
+                self.blockedNotice.withLockedValue { if $0?.connection != connection.number { $0 = nil } }
                 if let circuit = early.withLockedValue({ $0 }) { return circuit }
                 return try self.circuit(on: stream, service: service, credentials: credentials)
             }.flatMapErrorThrowing { error in
