@@ -162,7 +162,7 @@ struct ControllerRouter: Sendable {
         case .deleteIdentity:
             let doomed = try await controller.deleteIdentity(named: name, actor: actor)
             // Like a revocation: its connections end now (the relay also re-checks every circuit against the store).
-            live.close(identityID: doomed.id, blocked: "identity '\(doomed.name)' was deleted")
+            await live.close(identityID: doomed.id, blocked: "identity '\(doomed.name)' was deleted")
             enforcement.enforce()
             return try Self.json(["deleted": name])
         case .identityAttributes:
@@ -211,7 +211,7 @@ struct ControllerRouter: Sendable {
             // gateway, which ends its circuits too and refuses new ones. This happens whether or not the store
             // could save the change: a full disk must not keep a lost device streaming.
             if target != .active {
-                live.close(identityID: record.id, blocked: "identity '\(record.name)' is \(target.rawValue)")
+                await live.close(identityID: record.id, blocked: "identity '\(record.name)' is \(target.rawValue)")
             }
             if target == .revoked { ControllerMetrics.revocations.increment() }
             live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))

@@ -61,24 +61,38 @@ final class LiveConnections: Sendable {
     }
 
     /// Closes every connection of the identity, and with them all its circuits (each relay half closes its partner).
-    /// With `blocked` (the identity may no longer connect: revoked, disabled, deleted), each connection is first told
-    /// why (`BlockedNotice`), so a device ends its circuits with `identity_blocked` instead of trying to resume them;
-    /// the close follows the notice's write, or `noticeBound` after it at most (a device that stopped reading does
-    /// not keep its connection open by that).
-    func close(identityID: String, blocked: String? = nil) {
+    func close(identityID: String) {
         let open = connections.withLockedValue { Array(($0[identityID] ?? [:]).values) }
-        for channel in open {
-            guard let blocked else {
+        for channel in open { channel.close(promise: nil) }
+    }
+
+    /// Closes every connection of an identity that may no longer connect (revoked, disabled, deleted), each first
+    /// told why (`BlockedNotice`), so a device ends its circuits with `identity_blocked` instead of trying to resume
+    /// them. Each closes once its notice is written, or `noticeBound` after at most (a device that stopped reading does
+    /// not keep its connection open by that), and this returns then.
+    ///
+    /// Tell the gateways of the block only after this returns. A gateway ends the identity's circuits itself with a
+    /// CANCEL, which the relay passes on to the device; told at once, its CANCEL came back on a loop that was busy
+    /// (an event loop serves the I/O it finds ready before the tasks queued meanwhile, the notice's write among them)
+    /// and reached the device before the notice: it reported `truncated` and tried to resume (a busy hunt, session 40).
+    func close(identityID: String, blocked reason: String) async {
+        let open = connections.withLockedValue { Array(($0[identityID] ?? [:]).values) }
+        let closed = open.map { channel in
+            let done = channel.eventLoop.makePromise(of: Void.self)
+            let once = NIOLockedValueBox(false)
+            let close: @Sendable () -> Void = {
+                guard once.withLockedValue({ first in defer { first = true }; return !first }) else { return }
                 channel.close(promise: nil)
-                continue
+                done.succeed()
             }
-            let written = channel.writeAndFlush(BlockedNotice.frame(reason: blocked))
-            let backstop = channel.eventLoop.scheduleTask(in: Self.noticeBound) { channel.close(promise: nil) }
-            written.whenComplete { _ in
+            let backstop = channel.eventLoop.scheduleTask(in: Self.noticeBound) { close() }
+            channel.writeAndFlush(BlockedNotice.frame(reason: reason)).whenComplete { _ in
                 backstop.cancel()
-                channel.close(promise: nil)
+                close()
             }
+            return done.futureResult
         }
+        for future in closed { try? await future.get() }
     }
 
     /// How long a connection being closed for a blocked identity waits for its notice to be written.

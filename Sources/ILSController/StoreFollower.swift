@@ -26,7 +26,7 @@ struct StoreFollower: Sendable {
                 switch change {
                 case .identity(let id):
                     let (before, after) = try await state.identities.refresh(id: id, from: state.store)
-                    apply(before: before, after: after, id: id)
+                    await apply(before: before, after: after, id: id)
                     // Created, deleted, or its attributes changed: the grants that hold it may change.
                     if before?.attributes != after?.attributes || (before == nil) != (after == nil) {
                         enforcement.enforce()
@@ -50,7 +50,7 @@ struct StoreFollower: Sendable {
                     try await state.identities.reload(from: state.store)
                     let blocked = state.identities.blockedIDs
                     for id in blocked.subtracting(blockedBefore) {
-                        live.close(identityID: id, blocked: "the identity is revoked, disabled or deleted")
+                        await live.close(identityID: id, blocked: "the identity is revoked, disabled or deleted")
                     }
                     live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
                     enforcement.reloaded(servicesBefore: servicesBefore)
@@ -66,7 +66,7 @@ struct StoreFollower: Sendable {
         }
     }
 
-    private func apply(before: IdentityRecord?, after: IdentityRecord?, id: String) {
+    private func apply(before: IdentityRecord?, after: IdentityRecord?, id: String) async {
         let wasAdmitted = before.map { $0.state == .active || $0.state == .pending } ?? false
         let admitted = after.map { $0.state == .active || $0.state == .pending } ?? false
         let recertified =
@@ -80,11 +80,13 @@ struct StoreFollower: Sendable {
             return
         }
         let name = after?.name ?? before?.name ?? id
-        live.close(
-            identityID: id,
-            blocked: admitted ? nil : "identity '\(name)' is \(after?.state.rawValue ?? "deleted")"
-        )
-        if !admitted { live.push(HostControlMessage(blocked: controller.blockedIdentityIDs())) }
+        if admitted {
+            live.close(identityID: id)
+        } else {
+            // Told before the gateways are: see `LiveConnections.close(identityID:blocked:)`.
+            await live.close(identityID: id, blocked: "identity '\(name)' is \(after?.state.rawValue ?? "deleted")")
+            live.push(HostControlMessage(blocked: controller.blockedIdentityIDs()))
+        }
         logger.notice(
             // The feed also carries this controller's own writes, and may deliver one before the writer's own
             // update of the directory: the line says what is certain, that the store changed.
