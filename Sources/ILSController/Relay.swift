@@ -37,6 +37,8 @@ final class Relay: Sendable {
         /// The device's end of the circuit: closing it ends the circuit (`cut(service:keeping:)`).
         let deviceStream: any Channel
         let counters = NIOLockedValueBox((up: 0, down: 0))
+        /// Set by `cut`, before any gateway hears of the change: nothing more of the gateway's goes to the device.
+        let severed = NIOLockedValueBox(false)
 
         init(info: ControllerAPI.Session, host: ObjectIdentifier, deviceStream: any Channel) {
             self.info = info
@@ -68,6 +70,10 @@ final class Relay: Sendable {
         // stream closes with the reset (a stream already gone fails the write: it is closed all the same). A device
         // that may no longer connect at all (revoked, disabled, deleted: its connection is being closed with its own
         // notice, `BlockedNotice`) is not told `dial_denied`: its stream just closes.
+        // Severed first, here and now, before the caller tells the gateways: a gateway ends the circuit itself with a
+        // CANCEL, which came back on a busy loop ahead of the reset queued below (an event loop serves the I/O it
+        // finds ready before its queued tasks), and the device reported `truncated` instead of `dial_denied`.
+        for session in doomed { session.severed.withLockedValue { $0 = true } }
         let directory = controller.state.identities
         for session in doomed {
             let stream = session.deviceStream
@@ -437,7 +443,8 @@ final class Relay: Sendable {
             }
             return gatewayStream.eventLoop.makeCompletedFuture {
                 try gatewayStream.pipeline.syncOperations.addHandler(
-                    RelayHandler(partner: deviceStream) { bytes in session.counters.withLockedValue { $0.down += bytes }
+                    RelayHandler(partner: deviceStream, isSevered: { session.severed.withLockedValue { $0 } }) {
+                        bytes in session.counters.withLockedValue { $0.down += bytes }
                     }
                 )
             }.map {

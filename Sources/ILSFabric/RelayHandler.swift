@@ -31,9 +31,17 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var context: ChannelHandlerContext?
     /// Counts relayed bytes, for session listings (`admin sessions`).
     private let onBytes: (@Sendable (Int) -> Void)?
+    /// Whether the relay has cut the circuit (a policy change): what this stream reads after that is dropped, not
+    /// passed to the partner, whose reset with its reason is on its way.
+    private let isSevered: (@Sendable () -> Bool)?
 
-    public init(partner: any Channel, onBytes: (@Sendable (Int) -> Void)? = nil) {
+    public init(
+        partner: any Channel,
+        isSevered: (@Sendable () -> Bool)? = nil,
+        onBytes: (@Sendable (Int) -> Void)? = nil
+    ) {
         self.partner = partner
+        self.isSevered = isSevered
         self.onBytes = onBytes
     }
 
@@ -46,7 +54,7 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .data(var payload) = unwrapInboundIn(data) else { return }
+        guard case .data(var payload) = unwrapInboundIn(data), isSevered?() != true else { return }
         if payload.endStream { sawEnd = true }
         let size = payload.data.readableBytes
         inFlight += size
