@@ -81,7 +81,11 @@ final class LiveConnections: Sendable {
             let done = channel.eventLoop.makePromise(of: Void.self)
             let once = NIOLockedValueBox(false)
             let close: @Sendable () -> Void = {
-                guard once.withLockedValue({ first in defer { first = true }; return !first }) else { return }
+                let first = once.withLockedValue { closed -> Bool in
+                    defer { closed = true }
+                    return !closed
+                }
+                guard first else { return }
                 channel.close(promise: nil)
                 done.succeed()
             }

@@ -443,9 +443,11 @@ final class Relay: Sendable {
             }
             return gatewayStream.eventLoop.makeCompletedFuture {
                 try gatewayStream.pipeline.syncOperations.addHandler(
-                    RelayHandler(partner: deviceStream, isSevered: { session.severed.withLockedValue { $0 } }) {
-                        bytes in session.counters.withLockedValue { $0.down += bytes }
-                    }
+                    RelayHandler(
+                        partner: deviceStream,
+                        onBytes: { bytes in session.counters.withLockedValue { $0.down += bytes } },
+                        isSevered: { session.severed.withLockedValue { $0 } }
+                    )
                 )
             }.map {
                 .accept(install: { pipeline in

@@ -37,8 +37,8 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     public init(
         partner: any Channel,
-        isSevered: (@Sendable () -> Bool)? = nil,
-        onBytes: (@Sendable (Int) -> Void)? = nil
+        onBytes: (@Sendable (Int) -> Void)? = nil,
+        isSevered: (@Sendable () -> Bool)? = nil
     ) {
         self.partner = partner
         self.isSevered = isSevered
