@@ -58,11 +58,10 @@ public final class ControllerServer: Service, Sendable {
     private let following = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let rosterTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let memoryTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
-    /// Hands freed memory back to the system (`malloc_trim`, from the executable): called at most every
-    /// `memoryReleaseInterval`, and only when circuits closed since the last call, so the buffers of many closed
-    /// circuits (100 stalled downloads held 3.5 MB each) do not stay with the process as fragmented free heap.
+    /// Hands freed memory back to the system (`malloc_trim`, from the executable) through `MemoryRelease`, so the
+    /// buffers of many closed circuits (100 stalled downloads held 3.5 MB each) do not stay with the process as
+    /// fragmented free heap.
     private let releaseMemory: (@Sendable () -> Void)?
-    static let memoryReleaseInterval: Duration = .seconds(10)
     /// How often the controller list is read from the store and pushed to gateways when it changed.
     private let rosterInterval: Duration
     private let controller: Controller
@@ -258,16 +257,7 @@ public final class ControllerServer: Service, Sendable {
         if let releaseMemory {
             let limiter = relay.circuitLimiter
             memoryTask.withLockedValue {
-                $0 = Task {
-                    var seen = limiter.releasedTotal
-                    // Sleep: a release is a periodic chore (at most one per interval), not a wait for an event.
-                    while (try? await Task.sleep(for: Self.memoryReleaseInterval)) != nil {
-                        let released = limiter.releasedTotal
-                        guard released != seen else { continue }
-                        seen = released
-                        releaseMemory()
-                    }
-                }
+                $0 = Task { await MemoryRelease.run(closed: { limiter.releasedTotal }, release: releaseMemory) }
             }
         }
         guard let address = server.localAddress else { throw ILSError(.internalError, "no local address") }

@@ -42,7 +42,7 @@ public final class OverlayGateway: Service, Sendable {
     /// Every resumable circuit, attached or held, for a resumption to find whichever link it comes on.
     private let circuits: ResumableCircuits
     private let retention: CircuitRetention
-    /// Hands freed memory back to the system (`releaseMemoryAfterCircuitsClose`); nil where the allocator has no trim.
+    /// Hands freed memory back to the system (`MemoryRelease`); nil where the allocator has no trim.
     private let releaseMemory: (@Sendable () -> Void)?
     private let eventLoop: any EventLoop
     private let links: NIOLockedValueBox<Links>
@@ -322,7 +322,9 @@ public final class OverlayGateway: Service, Sendable {
                         group.addTask { await keeper.run { self.adopt($0) } }
                     }
                     if let release = self.releaseMemory {
-                        group.addTask { await self.releaseMemoryAfterCircuitsClose(release) }
+                        // What held circuits kept (up to `--resume-total`) goes back once they close (issue 49: 448
+                        // MB of RSS stayed after 400 held circuits expired).
+                        group.addTask { await MemoryRelease.run(closed: { self.circuits.closed }, release: release) }
                     }
                     self.startMissingLinks()
                     for await key in self.starts.stream {
@@ -339,23 +341,6 @@ public final class OverlayGateway: Service, Sendable {
             self.stop()
         }
     }
-
-    /// Hands freed memory back to the system (`malloc_trim`, from the executable) at most every
-    /// `memoryReleaseInterval`, and only when circuits closed since the last call: what held circuits kept (up to
-    /// `--resume-total`) is freed in the middle of the heap, where the allocator's trim threshold never returns it
-    /// (issue 49: 448 MB of RSS stayed after 400 held circuits expired). As the controller does with its circuits.
-    private func releaseMemoryAfterCircuitsClose(_ release: @Sendable () -> Void) async {
-        var seen = circuits.closed
-        // Sleep: a release is a periodic chore (at most one per interval), not a wait for an event.
-        while (try? await Task.sleep(for: Self.memoryReleaseInterval)) != nil {
-            let closed = circuits.closed
-            guard closed != seen else { continue }
-            seen = closed
-            release()
-        }
-    }
-
-    package static let memoryReleaseInterval: Duration = .seconds(10)
 
     /// Stops reconnecting, ends every circuit, and closes every link.
     ///
