@@ -442,6 +442,8 @@ class Controller:
         )
         self.process.start()
         self.process.wait_for_port(self.port)
+        # The metrics listener starts beside the controller's port, a moment after it.
+        self.process.wait_for_port(self.metrics_port)
 
     def stop(self) -> Optional[int]:
         if self.process is None:
@@ -461,16 +463,8 @@ class Controller:
     def refusals(self, reason: str) -> float:
         """The refusals the controller counted for `reason` (`ils_refusals_total{reason=...}`): its log says a refused
         overlay connection once a minute per reason, so a rate of refusals is read here."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
-                    text = r.read().decode()
-                break
-            except OSError:
-                # The metrics listener starts beside the controller's port, a moment after it.
-                assert time.monotonic() < deadline, "the controller's metrics port never answered"
-                time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
         return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
                    if line.startswith("ils_refusals_total") and f'reason="{reason}"' in line)
 
