@@ -259,8 +259,32 @@ struct ResumptionTests {
     /// A device whose grace window is ten times the hang guard: one that took its circuit's end for a lost path and
     /// tried to resume it until its window ran out fails a test at the hang guard, not after its window.
     static func patientDevice(_ identity: IdentityFile) throws -> OverlayClient {
+        OverlayClient(dialer: try patientDialer(identity))
+    }
+
+    /// The dialer of `patientDevice`, for tests that count its resumptions.
+    static func patientDialer(_ identity: IdentityFile) throws -> OverlayDialer {
         let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
-        return OverlayClient(dialer: try OverlayDialer(identity: identity, retention: CircuitRetention(grace: window)))
+        return try OverlayDialer(identity: identity, retention: CircuitRetention(grace: window))
+    }
+
+    /// Takes `tab`'s access away as `action` says: `revoke` or `disable` the identity, or `narrow` the service's
+    /// dial policy to leave it out.
+    static func takeAccess(_ action: String, in cluster: TestCluster) async throws {
+        let admin = try cluster.admin()
+        guard action == "narrow" else {
+            let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/tab/\(action)")
+            return
+        }
+        let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
+        let _: ControllerAPI.ServiceInfo = try await admin.call(
+            .PUT,
+            "/v1/admin/services/claude-api",
+            body: ControllerAPI.ServiceRequest(
+                dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#someone-else"]),
+                revision: current.revision
+            )
+        )
     }
 
     /// Streams SSE through `client`, does `act` once three events have arrived, and returns how the stream ended:
@@ -306,11 +330,7 @@ struct ResumptionTests {
     )
     func revokedGatewayEndsTheResumptionAtOnce() async throws {
         try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, _ in
-            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
-            let dialer = try OverlayDialer(
-                identity: try await cluster.enroll("tab", role: .device),
-                retention: CircuitRetention(grace: window)
-            )
+            let dialer = try Self.patientDialer(try await cluster.enroll("tab", role: .device))
             let reason = await Self.streamUntilEnd(OverlayClient(dialer: dialer)) {
                 let _: IdentityRecord = try await cluster.admin().call(.POST, "/v1/admin/identities/gw1/revoke")
             }
@@ -356,26 +376,9 @@ struct ResumptionTests {
     )
     func blockedDeviceEndsWithoutResuming(action: String, expected: String) async throws {
         try await Self.withGateway(retention: Self.gateway(grace: .seconds(60))) { cluster, backend in
-            let window = TimeAmount.nanoseconds(ClusterDeadlines.resumeGrace.nanoseconds * 10)
-            let dialer = try OverlayDialer(
-                identity: try await cluster.enroll("tab", role: .device),
-                retention: CircuitRetention(grace: window)
-            )
+            let dialer = try Self.patientDialer(try await cluster.enroll("tab", role: .device))
             let reason = await Self.streamUntilEnd(OverlayClient(dialer: dialer)) {
-                let admin = try cluster.admin()
-                guard action == "narrow" else {
-                    let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/tab/\(action)")
-                    return
-                }
-                let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
-                let _: ControllerAPI.ServiceInfo = try await admin.call(
-                    .PUT,
-                    "/v1/admin/services/claude-api",
-                    body: ControllerAPI.ServiceRequest(
-                        dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#someone-else"]),
-                        revision: current.revision
-                    )
-                )
+                try await Self.takeAccess(action, in: cluster)
             }
             #expect(reason == expected)
             #expect(dialer.resumptionAttempts == 0)
@@ -408,20 +411,7 @@ struct ResumptionTests {
                 ByteBuffer(string: "GET /sse?n=100000&interval_ms=20 HTTP/1.1\r\nHost: claude-api\r\n\r\n")
             )
             #expect(await TestCluster.eventually { sseData(seen.text).count >= 3 })
-            let admin = try cluster.admin()
-            if action == "revoke" {
-                let _: IdentityRecord = try await admin.call(.POST, "/v1/admin/identities/tab/revoke")
-            } else {
-                let current: ControllerAPI.ServiceInfo = try await admin.call(.GET, "/v1/admin/services/claude-api")
-                let _: ControllerAPI.ServiceInfo = try await admin.call(
-                    .PUT,
-                    "/v1/admin/services/claude-api",
-                    body: ControllerAPI.ServiceRequest(
-                        dial: ControllerAPI.PolicyText(semantic: .anyOf, tokens: ["#someone-else"]),
-                        revision: current.revision
-                    )
-                )
-            }
+            try await Self.takeAccess(action, in: cluster)
             try await circuit.closeFuture.get()
             #expect(errors.codes == [action == "revoke" ? "identity_blocked" : "dial_denied"])
         }
