@@ -54,7 +54,7 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .data(var payload) = unwrapInboundIn(data), isSevered?() != true else { return }
+        guard case .data(var payload) = unwrapInboundIn(data) else { return }
         if payload.endStream { sawEnd = true }
         let size = payload.data.readableBytes
         inFlight += size
@@ -78,6 +78,13 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func sendBatch(context: ChannelHandlerContext) {
         guard !batch.isEmpty else { return }
+        // Asked once a read burst, not per frame: a cut circuit's burst is dropped whole.
+        if isSevered?() == true {
+            inFlight -= batchBytes
+            batch = []
+            batchBytes = 0
+            return
+        }
         let frames = batch
         let size = batchBytes
         batch = []

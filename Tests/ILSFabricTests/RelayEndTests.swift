@@ -39,6 +39,30 @@ struct RelayEndTests {
         .data(.init(data: .byteBuffer(ByteBuffer(string: text)), endStream: end))
     }
 
+    @Test("once the relay has cut the circuit, nothing more it reads goes to the partner")
+    func severedPassesNothing() throws {
+        let loop = EmbeddedEventLoop()
+        let held = HeldWrites()
+        let partner = EmbeddedChannel(handler: held, loop: loop)
+        let severed = NIOLockedValueBox(false)
+        let relay = EmbeddedChannel(
+            handler: RelayHandler(partner: partner, isSevered: { severed.withLockedValue { $0 } }),
+            loop: loop
+        )
+        defer {
+            _ = try? relay.finish(acceptAlreadyClosed: true)
+            _ = try? partner.finish(acceptAlreadyClosed: true)
+        }
+        try relay.writeInbound(Self.data("an answer's record", end: false))
+        relay.pipeline.fireChannelReadComplete()
+        #expect(held.promises.withLockedValue { $0.count } == 1)
+        severed.withLockedValue { $0 = true }
+        try relay.writeInbound(Self.data("the gateway's CANCEL", end: false))
+        relay.pipeline.fireChannelReadComplete()
+        #expect(held.promises.withLockedValue { $0.count } == 1, "relayed after the cut")
+        held.release()
+    }
+
     @Test("after END_STREAM, the partner is closed only once the relayed bytes were written to it")
     func cleanEndWaitsForTheTail() throws {
         let (relay, partner, held) = try Self.splice()
