@@ -27,6 +27,8 @@ public final class OverlayDialer: Sendable {
         case refused(code: String, reason: String)
     }
 
+    /// The one loop of every connection, stream and circuit of this dialer: a held circuit resumes on a stream of
+    /// whichever connection is up then, and a circuit takes paths only on its own loop (`CircuitChannel.attach`).
     public let eventLoop: any EventLoop
     /// The identity in use; `replaceIdentity` swaps it after a renewal (new connections and circuits use it).
     private let current: NIOLockedValueBox<Identity>
@@ -513,7 +515,7 @@ public final class OverlayDialer: Sendable {
     private func resume(_ circuit: CircuitChannel, service: String, backoff: TimeAmount) {
         let retry = { (reason: String) in
             let next = min(max(backoff * 2, .milliseconds(100)), .seconds(2))
-            guard let until = circuit.heldUntil, NIODeadline.now() + next < until else {
+            guard let until = circuit.heldUntil, circuit.eventLoop.now + next < until else {
                 circuit.failResumption("no path to the gateway within the grace window (last: \(reason))")
                 return
             }

@@ -57,6 +57,14 @@ public struct CircuitRetention: Sendable {
     /// all for a grace window (about 12,000 a minute at the defaults before, issue 49).
     public static let defaultHeldPerIdentity = 64
 
+    /// The low watermark: a circuit stopped at `perCircuit` (its high watermark) is writable again once what it keeps
+    /// is down to this, one owed ACK's worth (`InboundRecords.owedAfterBytes`, 256 KiB) below. Without it an ACK of a
+    /// few small records made a circuit at its bound writable for one write, and every such ACK flipped writability
+    /// twice through the whole pipeline (the proxy's backend reads with it). Not lower: the bound is also the
+    /// circuit's window, and becoming writable only at half of it cost 7–10 % of a bulk download (docs/benchmarks.md).
+    /// The peer owes an ACK for what lies above it, so a circuit stopped there always hears one.
+    public var lowWatermark: Int { perCircuit - InboundRecords.owedAfterBytes }
+
     /// `perCircuit` is taken within `minimumPerCircuit`...`maximumPerCircuit`.
     public init(
         grace: TimeAmount = CircuitRetention.defaultGrace,
@@ -242,6 +250,11 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private var path: CircuitPathHandler?
     private var graceTimer: Scheduled<Void>?
     private var autoRead = true
+    /// `ChannelOptions.allowRemoteHalfClosure`: true (the default here, unlike a socket's), the path's end of input
+    /// goes up as `ChannelEvent.inputClosed` and the circuit's own direction goes on (a tunnel's client half-closes,
+    /// then downloads); false, it closes the circuit as a socket channel closes at EOF. Closing our input
+    /// (`close(mode: .input)`) is refused: a circuit cannot tell its peer to stop sending but by ending it.
+    private var allowRemoteHalfClosure = true
     /// The pipeline asked for a read that no read-complete has answered yet.
     private var readAsked = false
     /// Whether the path should read now: always once the circuit is resumable (the end-to-end handler holds what
@@ -329,7 +342,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             autoRead = value as! Bool
             if autoRead { pipeline.syncOperations.read() }
         case _ as ChannelOptions.Types.AllowRemoteHalfClosureOption:
-            break
+            allowRemoteHalfClosure = value as! Bool
         default:
             throw ChannelError.operationUnsupported
         }
@@ -338,7 +351,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     private func getOption0<Option: ChannelOption>(_ option: Option) throws -> Option.Value {
         switch option {
         case _ as ChannelOptions.Types.AutoReadOption: return autoRead as! Option.Value
-        case _ as ChannelOptions.Types.AllowRemoteHalfClosureOption: return true as! Option.Value
+        case _ as ChannelOptions.Types.AllowRemoteHalfClosureOption: return allowRemoteHalfClosure as! Option.Value
         default: throw ChannelError.operationUnsupported
         }
     }
@@ -522,10 +535,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// flight, drained by the device's ACKs like an HTTP/2 window, and one device's held circuits filling the budget
     /// must not stall everyone else's answers. No circuit needs another's ACK to go on: one stopped by its identity
     /// keeps at least `minimumPerCircuit`, so its own peer owes it an ACK, and that ACK brings it here again.
+    /// The circuit's bound is its high watermark: one that is not writable becomes so again only once what it keeps
+    /// is down to `CircuitRetention.lowWatermark`, whatever stopped it.
     /// `kept`: the budget's totals as the caller just changed them, else they are read.
     private func updateWritability(kept: (total: Int, identity: Int)? = nil) {
         var writable = counting && (path?.isWritable ?? isHeld)
+        // Whether what is kept is down to the low watermark: a circuit that is not writable becomes so only then.
+        var belowLow = true
         if machine.resumable, writable {
+            belowLow = retainedBytes <= retention.lowWatermark
             let budget = retention.budget
             if retainedBytes >= retention.perCircuit {
                 writable = false
@@ -540,10 +558,12 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             }
         }
         let changed = flags.withLockedValue { flags -> Bool in
-            guard flags.active, flags.writable != writable else { return false }
-            flags.writable = writable
+            let next = writable && (flags.writable || belowLow)
+            guard flags.active, flags.writable != next else { return false }
+            flags.writable = next
             return true
         }
+        // Changed, the flag is `writable` now: it never turns true above the low watermark.
         if changed, writable, !waitingForWritability.isEmpty {
             let waiting = waitingForWritability
             waitingForWritability = []
@@ -570,6 +590,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     func pathInputClosed(_ path: CircuitPathHandler) {
         guard path === self.path, isActive, !inputEndSent else { return }
         inputEndSent = true
+        guard allowRemoteHalfClosure else {
+            close0(error: ChannelError.eof, mode: .all, promise: nil)
+            return
+        }
         pipeline.syncOperations.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
     }
 
@@ -604,7 +628,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     func pathInactive(_ path: CircuitPathHandler) {
         guard path === self.path, isActive else { return }
         self.path = nil
-        switch machine.pathLost(now: .now()) {
+        switch machine.pathLost(now: eventLoop.now) {
         case .none:
             break
         case .end:
@@ -647,7 +671,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     private func graceRanOut() {
-        guard machine.graceExpired(now: .now()) else { return }
+        guard machine.graceExpired(now: eventLoop.now) else { return }
         machineChanged()
         for callback in onGraceExpired { callback(self) }
         pipeline.syncOperations.fireErrorCaught(E2ECircuitError.notResumed)
@@ -674,7 +698,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         -> String?
     {
         guard isActive else { return "the circuit is not held" }
-        let now = NIODeadline.now()
+        let now = eventLoop.now
         if case .refuse(let reason) = machine.resumeVerdict(attempt: attempt, now: now) { return reason }
         guard peerReceived >= firstRetained else {
             return "the resumption names fewer records than this end's peer acknowledged"
@@ -698,7 +722,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     /// The device's next resumption attempt, while held.
-    package func nextAttempt() -> UInt32? { machine.nextAttempt(now: .now()) }
+    package func nextAttempt() -> UInt32? { machine.nextAttempt(now: eventLoop.now) }
 
     /// When the grace window ends, for a held circuit.
     package var heldUntil: NIODeadline? {
@@ -722,6 +746,11 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     }
 
     private func attach(_ new: CircuitPathHandler, peerReceived: UInt64, first: ByteBuffer?) {
+        // A circuit's state is its event loop's, and a path calls into it from its stream's: the two must be one loop.
+        // Both ends make it so where they make their loop (one for a gateway's controller connections, `OverlayGateway`;
+        // one for a dialer's, `OverlayDialer`), and the gateway refuses a resumption on another loop before it gets
+        // here (`ResumableCircuits`). A violation would be a data race, so it stops the process.
+        precondition(new.channel.map { $0.eventLoop === eventLoop } ?? true, "a circuit's new path is on another loop")
         releaseHold()
         machineChanged()
         graceTimer?.cancel()

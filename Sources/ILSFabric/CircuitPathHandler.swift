@@ -12,8 +12,10 @@ public final class CircuitPathHandler: ChannelDuplexHandler, RemovableChannelHan
     public typealias OutboundIn = ByteBuffer
     public typealias OutboundOut = ByteBuffer
 
-    /// Set by the circuit when it takes this path; nil again once it lets it go (`detach`).
-    var circuit: CircuitChannel?
+    /// Set by the circuit when it takes this path; nil again once it lets it go (`detach`). Weak: the circuit holds
+    /// its path, and keeps itself alive until it closes as NIO's channels do (its pipeline holds it), so the two never
+    /// hold each other.
+    weak var circuit: CircuitChannel?
     private var context: ChannelHandlerContext?
     private var readHeld = false
     private var lingerTimer: Scheduled<Void>?

@@ -242,8 +242,10 @@ public final class OverlayGateway: Service, Sendable {
                 )
             }
         )
-        // One event loop carries the controller connection, its circuits and their backend connections, so a
-        // circuit and its backend request never hop threads.
+        // One event loop carries the controller connections, their circuits and their backend connections, so a
+        // circuit and its backend request never hop threads. Resumption depends on it: a circuit held after its path's
+        // connection died is resumed on a stream of another connection, and a circuit takes paths only on its own loop
+        // (`CircuitChannel.attach`; `ResumableCircuits` refuses a resumption from another loop as "no such circuit").
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         // All backend connections live on that one loop, so it gets the whole `--backend-max-connections`: split
         // between the machine's cores, half of it would answer 503 beyond ~8,000 concurrent streams.

@@ -55,18 +55,37 @@ struct CircuitResetTests {
         let controller: EmbeddedChannel
         let seen = Seen()
         let circuit: CircuitChannel
+        let multiplexer: NIOHTTP2Handler.StreamMultiplexer
 
         init(retention: CircuitRetention = CircuitRetention()) throws {
             device = EmbeddedChannel(loop: loop)
             controller = EmbeddedChannel(loop: loop)
             let seen = self.seen
             _ = try controller.pipeline.syncOperations.configureFabricHTTP2(mode: .server) { seen }
-            let multiplexer = try device.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
+            multiplexer = try device.pipeline.syncOperations.configureFabricHTTP2(mode: .client)
             let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
             device.connect(to: address, promise: nil)
             controller.connect(to: address, promise: nil)
             try exchangeBytes(device, controller)
 
+            let path = try Self.newPath(multiplexer, loop: loop)
+            circuit = CircuitChannel(eventLoop: loop, allocator: path.channel!.allocator, retention: retention)
+            circuit.start(on: path)
+            try exchangeBytes(device, controller)
+        }
+
+        /// A new stream of the device's connection with a path handler on it (a resumption's path), its CONNECT
+        /// sent.
+        func newPath() throws -> CircuitPathHandler {
+            let path = try Self.newPath(multiplexer, loop: loop)
+            try exchangeBytes(device, controller)
+            return path
+        }
+
+        private static func newPath(
+            _ multiplexer: NIOHTTP2Handler.StreamMultiplexer,
+            loop: EmbeddedEventLoop
+        ) throws -> CircuitPathHandler {
             let created = multiplexer.createStreamChannel { $0.eventLoop.makeSucceededVoidFuture() }
             loop.run()
             var made: (any Channel)?
@@ -78,9 +97,7 @@ struct CircuitResetTests {
             )
             let path = CircuitPathHandler()
             try stream.pipeline.syncOperations.addHandlers(StreamDataCodec(), path)
-            circuit = CircuitChannel(eventLoop: loop, allocator: stream.allocator, retention: retention)
-            circuit.start(on: path)
-            try exchangeBytes(device, controller)
+            return path
         }
 
         /// The device's connection stops (`false`) or starts again taking writes, as a full socket buffer does.
