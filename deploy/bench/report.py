@@ -531,6 +531,39 @@ def render(results: dict, before: dict | None = None) -> str:
               f" | {(r['30s_after_window_kib'] or r['after_window_kib']) / 1024:.0f} MiB |" for r in bound["runs"]],
         ]
 
+    bulk = results.get("bulk")
+    if bulk:
+        b5, b4, bssh = (bulk["paths"][name] for name in ("suite 5", "suite 4", "ssh -R"))
+        lines += [
+            "",
+            f"### Bulk: suite 5, suite 4 and ssh -R in one run ({bulk['date']})",
+            "",
+            "Measured by `deploy/bench/run.sh --only bulk` (deploy/bench/resume.py `bulk`): the bench's device"
+            " through the same controller",
+            "and gateway with its default suite 5 (every record kept until the peer's ACK) and, from a second tunnel,"
+            " with `--resume-grace 0`",
+            f"(suite 4, nothing kept), and `ssh -R`; {bulk['size_mib']} MiB down and up each, {bulk['rounds']} rounds"
+            " whose order rotates, medians.",
+            "CPU is the time a transfer took in every process of its path, the backend's included.",
+            "",
+            "| | download MiB/s | upload MiB/s | CPU a download | CPU an upload |",
+            "|---|---:|---:|---:|---:|",
+            *[f"| {label} | {fmt(r['download_mib_s'])} | {fmt(r['upload_mib_s'])} | {r['download_cpu_s']:.2f} s"
+              f" | {r['upload_cpu_s']:.2f} s |"
+              for label, r in (("overlay, suite 5 (resumable)", b5), ("overlay, suite 4 (--resume-grace 0)", b4),
+                               ("ssh -R", bssh))],
+            f"| suite 5 ÷ suite 4 | {ratio(b5['download_mib_s'], b4['download_mib_s'])}"
+            f" | {ratio(b5['upload_mib_s'], b4['upload_mib_s'])}"
+            f" | {ratio(b5['download_cpu_s'], b4['download_cpu_s'])} | {ratio(b5['upload_cpu_s'], b4['upload_cpu_s'])} |",
+            f"| overlay (suite 5) ÷ ssh -R | {ratio(b5['download_mib_s'], bssh['download_mib_s'])}"
+            f" | {ratio(b5['upload_mib_s'], bssh['upload_mib_s'])}"
+            f" | {ratio(b5['download_cpu_s'], bssh['download_cpu_s'])} | {ratio(b5['upload_cpu_s'], bssh['upload_cpu_s'])} |",
+            "",
+            "Samples (MiB/s, in round order): "
+            + "; ".join(f"{name} down {', '.join(fmt(v) for v in r['samples']['down'])},"
+                        f" up {', '.join(fmt(v) for v in r['samples']['up'])}" for name, r in bulk["paths"].items()) + ".",
+        ]
+
     resume = results.get("resume")
     if resume:
         over, sw, kill, held = resume["overhead"], resume["switches"], resume["controller_kill"], resume["held_memory"]
@@ -669,6 +702,14 @@ def render(results: dict, before: dict | None = None) -> str:
     ou, su = get(results, "overlay", "upload_mib_s"), get(results, "ssh -R", "upload_mib_s")
     target("overlay throughput ≥ 1.0× ssh -R (down / up)", f"{ratio(od, sd)} / {ratio(ou, su)}",
            None if None in (od, sd, ou, su) else (od >= sd and ou >= su))
+    if bulk:
+        b5, b4, bssh = (bulk["paths"][name] for name in ("suite 5", "suite 4", "ssh -R"))
+        target(f"bulk, suite 5 ≥ 0.95× suite 4, {bulk['size_mib']} MiB (down / up, one run)",
+               f"{ratio(b5['download_mib_s'], b4['download_mib_s'])} / {ratio(b5['upload_mib_s'], b4['upload_mib_s'])}",
+               b5["download_mib_s"] >= 0.95 * b4["download_mib_s"] and b5["upload_mib_s"] >= 0.95 * b4["upload_mib_s"])
+        target(f"bulk, overlay (suite 5) ≥ 1.0× ssh -R, {bulk['size_mib']} MiB (down / up, same run)",
+               f"{ratio(b5['download_mib_s'], bssh['download_mib_s'])} / {ratio(b5['upload_mib_s'], bssh['upload_mib_s'])}",
+               b5["download_mib_s"] >= bssh["download_mib_s"] and b5["upload_mib_s"] >= bssh["upload_mib_s"])
     for ours, theirs in (("ils-http", "nginx-http"), ("ils-https", "nginx-https")):
         a = [get(results, ours, k) for k in ("download_mib_s", "upload_mib_s", "rps")]
         b = [get(results, theirs, k) for k in ("download_mib_s", "upload_mib_s", "rps")]

@@ -330,3 +330,56 @@ def held_memory(run_mod, s, circuits: int, total_mib: int = 256, grace_s: int = 
             "baseline_kib": baseline, "attached_kib": attached, "held_peak_kib": max(in_window),
             "held_bytes_peak": held_bytes_peak, "expired": expired, "not_held": not_held,
             "after_window_kib": held[-1], "30s_after_window_kib": after[0] if after else None, "samples": samples}
+
+
+def bulk(run_mod, s, rounds: int, size_mib: int = 128) -> dict:
+    """Issue 49's bulk figures in one run: the overlay with suite 5 (the default tunnel), the overlay with suite 4
+    (a second tunnel of the same device with `--resume-grace 0`, through the same controller and gateway) and `ssh -R`,
+    `size_mib` down and up each, in `rounds` rounds whose order rotates so a slow moment of the shared machine lands on
+    every path alike. The medians count; every sample is kept. The CPU time of a download in every process of its
+    path is beside it (the processes and curl share two cores, so CPU is what bounds a transfer here)."""
+    size = size_mib * run_mod.MIB
+    paths = {"suite 5": s.paths["overlay"], "ssh -R": s.paths["ssh -R"]}
+    port = run_mod.free_port()
+    s.procs["tunnel suite 4"] = run_mod.start_tunnel(s, "bench-device", port, extra=["--resume-grace", "0"])
+    run_mod.wait_for_overlay(port, timeout=20)
+    paths["suite 4"] = run_mod.Path_("suite 4", port)
+    processes = {"suite 5": ["controller", "gateway", "backend", "tunnel"],
+                 "suite 4": ["controller", "gateway", "backend", "tunnel suite 4"],
+                 "ssh -R": ["backend"]}
+    source = Path("/dev/shm") / f"ils-bench-bulk-{size}.bin"
+    with source.open("wb") as out:
+        out.truncate(size)
+    names = list(paths)
+    samples = {name: {"down": [], "up": [], "down_cpu_s": [], "up_cpu_s": []} for name in names}
+    try:
+        for round_ in range(rounds):
+            order = names[round_ % len(names):] + names[:round_ % len(names)]
+            for name in order:
+                p = paths[name]
+                pids = [s.procs[key].pid for key in processes[name]]
+                if name == "ssh -R":  # sshd's per-session processes do its work
+                    pids += run_mod.with_descendants([s.procs["sshd"].pid, s.procs["ssh"].pid])
+                before = sum(run_mod.cpu_seconds(pid) for pid in pids)
+                samples[name]["down"].append(run_mod.download(p, size))
+                middle = sum(run_mod.cpu_seconds(pid) for pid in pids)
+                samples[name]["up"].append(run_mod.upload(p, source, size))
+                after = sum(run_mod.cpu_seconds(pid) for pid in pids)
+                samples[name]["down_cpu_s"].append(middle - before)
+                samples[name]["up_cpu_s"].append(after - middle)
+                print(f"   round {round_ + 1}, {name}: download {samples[name]['down'][-1]:.0f} MiB/s "
+                      f"({middle - before:.2f} CPU-s), upload {samples[name]['up'][-1]:.0f} MiB/s "
+                      f"({after - middle:.2f} CPU-s)", flush=True)
+    finally:
+        source.unlink(missing_ok=True)
+        tunnel = s.procs.pop("tunnel suite 4")
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+    median = lambda values: sorted(values)[len(values) // 2]
+    return {"size_mib": size_mib, "rounds": rounds,
+            "paths": {name: {"download_mib_s": median(r["down"]), "upload_mib_s": median(r["up"]),
+                             "download_cpu_s": round(median(r["down_cpu_s"]), 2),
+                             "upload_cpu_s": round(median(r["up_cpu_s"]), 2),
+                             "samples": {key: [round(v, 2 if key.endswith("cpu_s") else 1) for v in values]
+                                         for key, values in r.items()}}
+                      for name, r in samples.items()}}

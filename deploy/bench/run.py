@@ -1063,7 +1063,7 @@ def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
     cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and so do
     `resume` and `mobile`; every run keeps the `handshake` section, which `ils-bench handshake` measures apart (the page
     says when)."""
-    if only and only <= {"cluster", "resume", "mobile", "held"} and previous:
+    if only and only <= {"cluster", "resume", "mobile", "held", "bulk"} and previous:
         return {**previous, **{name: results[name] for name in only}}
     if "handshake" in previous:
         return {**results, "handshake": previous["handshake"]}
@@ -1084,10 +1084,13 @@ def main() -> int:
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--switches", type=int, default=20, help="path switches for the resume times (default 20)")
     parser.add_argument("--held-circuits", type=int, default=1000, help="held circuits for the memory figure (default 1000)")
+    parser.add_argument("--bulk-mib", type=int, default=128, help="size of each bulk transfer of --only bulk (default 128)")
+    parser.add_argument("--bulk-rounds", type=int, default=5, help="rounds of the bulk comparison (default 5)")
     parser.add_argument("--mobile-samples", type=int, default=20,
                         help="samples per path and case on the mobile link, for its p50 and p90 (default 20)")
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
-                        "revocation, restart, floors, cluster, resume, held, mobile (default all). A run of cluster, resume, held or mobile alone "
+                        "revocation, restart, floors, cluster, resume, held, bulk, mobile (default all). A run of cluster, resume, held, bulk or "
+                        "mobile alone "
                         "keeps the other figures of --json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     parser.add_argument("--markdown", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -1108,6 +1111,8 @@ def main() -> int:
     order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "haproxy-http", "ils-https", "nginx-https",
              "haproxy-https"]
     # The other paths only for the measurements that compare them (a run of cluster or resume alone needs none).
+    if want("bulk") and only and only <= {"bulk", "cluster", "resume", "mobile", "held"}:
+        results["machine"]["versions"]["ssh"] = start_ssh(s)  # bulk compares the overlay with ssh -R alone
     if any(want(name) for name in ("throughput", "latency", "rps", "circuits", "floors", "app", "sse", "revocation",
                                    "restart")):
         results["machine"]["versions"]["ssh"] = start_ssh(s)
@@ -1204,6 +1209,15 @@ def main() -> int:
             resume.held_memory(sys.modules[__name__], s, 400, total_mib=32, grace_s=20, stop_acking_s=stop,
                                name=f"held-{stop}")
             for stop in (0, 40)]}
+
+    if want("bulk"):
+        print(f"== bulk: suite 5, suite 4 and ssh -R, {args.bulk_mib} MiB both ways, {args.bulk_rounds} rounds "
+              f"(after {settle(s):.1f} s idle wait)", flush=True)
+        sys.path.insert(0, str(Path(__file__).parent))
+        import resume  # noqa: E402
+
+        results["bulk"] = {"date": time.strftime("%Y-%m-%d"),
+                           **resume.bulk(sys.modules[__name__], s, args.bulk_rounds, args.bulk_mib)}
 
     if want("mobile"):
         print(f"== mobile link, 80 ms round trip: {args.mobile_samples} samples per path and case "
