@@ -113,7 +113,14 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var idleTimeout: String?
 
-    @Option(help: "How long a client may read nothing of a response before the exchange is given up. Default: 600s.")
+    @Option(
+        help: """
+            How long a client may take nothing of a response before the exchange is given up with its backend \
+            request. Overlay mode: a device that acknowledges nothing of a circuit's answer (reads nothing, on a \
+            circuit that cannot resume). Default: 60s in overlay mode, the grace window's length (a device that is \
+            there but takes nothing gets no longer than one that is gone); 600s in HTTP mode.
+            """
+    )
     var clientStallTimeout: String?
 
     @Option(help: "On SIGTERM/SIGINT, how long in-flight requests may continue before they are closed. Default: 30s.")
@@ -148,7 +155,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     private func runOverlay(layers: ConfigLayers) async throws {
         let path = layers.string(.identity, flag: identity) ?? "identities/gateway.json"
-        var proxy = try proxyConfiguration(layers: layers)
+        var proxy = try proxyConfiguration(layers: layers, stallDefault: Self.circuitStallDefault)
         let service = layers.string(.service, flag: service) ?? "claude-api"
         // Every option is checked before a file is read: a bad value is refused as such, identity or not.
         let keepalive = try keepaliveOptions.resolve(layers)
@@ -177,6 +184,7 @@ struct ServeCommand: AsyncParsableCommand {
             "serving overlay mode (no listening socket)",
             metadata: [
                 "identity": "\(file.identity.name)", "backend": "\(proxy.backend)",
+                "client_stall_timeout": "\(proxy.clientStallTimeout)",
             ]
         )
         holder.gateway = gateway
@@ -187,7 +195,16 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func proxyConfiguration(layers: ConfigLayers) throws(ILSError) -> ProxyConfiguration {
+    /// A circuit whose device takes nothing (a resumable one: acknowledges nothing, so it stays at its bound) is given
+    /// up after 60 s, as long as a device that is gone is held (`CircuitRetention.defaultGrace`): with HTTP mode's 10
+    /// minutes one device's stalled circuits kept their bounds (32 MiB for the identity, beyond 640 KiB each) that long
+    /// (issue 49). A slow link is not a stall: anything acknowledged starts the time again.
+    static let circuitStallDefault = "60s"
+
+    private func proxyConfiguration(
+        layers: ConfigLayers,
+        stallDefault: String = "600s"
+    ) throws(ILSError) -> ProxyConfiguration {
         let backendURL = try BackendURL(parsing: layers.string(.backend, flag: backend) ?? "http://127.0.0.1:8000")
         let maxConnections = layers.integer(.backendMaxConnections, flag: backendMaxConnections) ?? 16384
         guard maxConnections > 0 else {
@@ -197,7 +214,7 @@ struct ServeCommand: AsyncParsableCommand {
         proxy.backendHeaderTimeout = try positive(.backendHeaderTimeout, backendHeaderTimeout, "300s", layers)
         proxy.backendConnectTimeout = try positive(.backendConnectTimeout, backendConnectTimeout, "5s", layers)
         proxy.clientIdleTimeout = try positive(.idleTimeout, idleTimeout, "60s", layers)
-        proxy.clientStallTimeout = try positive(.clientStallTimeout, clientStallTimeout, "600s", layers)
+        proxy.clientStallTimeout = try positive(.clientStallTimeout, clientStallTimeout, stallDefault, layers)
         proxy.backendMaxConnections = maxConnections
         return proxy
     }

@@ -468,7 +468,7 @@ struct ResumptionTests {
 
     /// A device that stays connected but acknowledges nothing keeps each of its circuits at its bound, and their
     /// backend requests open. The gateway's proxy core watches a circuit's writability as any client's: one that is
-    /// not writable for `--client-stall-timeout` (600 s by default; 2 s here, the deadline this test is about) is cut,
+    /// not writable for `--client-stall-timeout` (60 s by default in overlay mode; 2 s here, the deadline this test is about) is cut,
     /// with CANCEL, and its backend request ends (issue 49 measured 75 s and called it for ever).
     @Test("circuits whose device acknowledges nothing are cut at the stall timeout, with their backend requests")
     func unacknowledgedCircuitsAreCut() async throws {

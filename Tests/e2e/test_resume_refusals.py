@@ -366,6 +366,22 @@ def test_a_resume_after_the_grace_window_is_refused(ils_bin: Path, tmp_path: Pat
         assert lb.metric("ils_gateway_resumption_kept_bytes") == 0
 
 
+def test_an_overlay_gateway_gives_up_a_device_that_takes_nothing_after_a_minute(ils_bin: Path, tmp_path: Path) -> None:
+    """A circuit whose device takes nothing of its answer (acknowledges nothing, so it stays at its bound) is given up
+    with its backend request after `--client-stall-timeout`: 60 s by default in overlay mode, the grace window's length
+    (issue 49; HTTP mode's 10 minutes let one device's stalled circuits keep their bounds that long). The start line
+    says which the gateway uses, and the flag changes it. The cut itself, at a short timeout, is
+    `ResumptionTests.unacknowledgedCircuitsAreCut`."""
+    for flags, expected in (((), "client_stall_timeout=1m"), (("--client-stall-timeout", "90s"),
+                                                              "client_stall_timeout=90s")):
+        work = tmp_path / (flags[1] if flags else "default")
+        work.mkdir()
+        with lab(ils_bin, work, *flags) as lb:
+            line = wait_until("the gateway's start line", lambda: next(
+                (line for line in lb.gateway_log().splitlines() if "serving overlay mode" in line), None))
+            assert expected in line, line
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Found while writing the above: a held circuit whose answer ended goes after 5 s, not after its grace window
 # ----------------------------------------------------------------------------------------------------------------
