@@ -124,6 +124,36 @@ struct CircuitChannelLifecycleTests {
         #expect(link.circuit.pathStream === path.channel, "a refused resumption took the path")
     }
 
+    @Test("a held circuit of small records keeps them in one buffer, counted at their bytes, and sends them whole")
+    func heldSmallRecordsAreCompacted() throws {
+        let retention = CircuitRetention(grace: .seconds(60), budget: RetentionBudget(limit: 64 * 1024 * 1024))
+        let link = try IdentityRetentionTests.circuit(retention, peer: "device-1")
+        defer { HeldBudgetTests.end(link) }
+        let events = (0..<50).map { "event \($0)" }
+        for event in events {
+            // Each in a buffer of its own with room to spare, as a sealed SSE event is.
+            var record = link.circuit.allocator.buffer(capacity: 1024)
+            record.writeString(event)
+            link.circuit.writeAndFlush(record, promise: nil)
+        }
+        try exchangeBytes(link.device, link.controller)
+        let attached = link.circuit.keptBytes
+        try Self.resetPath(link)
+        #expect(link.circuit.isHeld)
+        let bytes = events.reduce(0) { $0 + $1.utf8.count }
+        #expect(link.circuit.keptBytes == bytes + events.count * CircuitChannel.recordOverhead)
+        #expect(link.circuit.keptBytes < attached / 4)
+        #expect(retention.budget.heldBytes == link.circuit.keptBytes + RetentionBudget.writeReserve)
+        #expect(retention.budget.bytes(of: "device-1") == link.circuit.keptBytes)
+
+        let path = try link.newPath()
+        #expect(link.circuit.resume(on: path, attempt: 1, peerReceived: 0, answer: ByteBuffer(string: "answer")) == nil)
+        try exchangeBytes(link.device, link.controller)
+        #expect(Array(link.seen.events.withLockedValue { $0 }.suffix(events.count + 1)) == ["answer"] + events)
+        IdentityRetentionTests.acknowledge(link, events.count)
+        #expect(link.circuit.keptBytes == 0 && retention.budget.bytes == 0)
+    }
+
     @Test("a circuit stopped at its bound (high watermark) is writable again only at its low watermark")
     func watermarks() throws {
         let retention = CircuitRetention(grace: .seconds(60), perCircuit: CircuitRetention.minimumPerCircuit)

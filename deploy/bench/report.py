@@ -512,7 +512,7 @@ def render(results: dict, before: dict | None = None) -> str:
             "",
             f"### Held circuits against a hard total ({bound['date']})",
             "",
-            "Measured by `deploy/bench/run.sh --only held` (deploy/bench/resume.py `held_bound`): one device's"
+            "Measured by `deploy/bench/run.sh --only held` (deploy/bench/resume.py `held_memory`): one device's"
             f" {bound['runs'][0]['circuits']} SSE circuits",
             "(an event every 10 ms each) through a gateway of its own at `--resume-total"
             f" {bound['runs'][0]['total_mib']}MiB`, its per-device cap of held circuits lifted; the",
@@ -529,6 +529,21 @@ def render(results: dict, before: dict | None = None) -> str:
               f" | {r['held_peak_kib'] / 1024:.0f} MiB | {r['held_bytes_peak'] / 1048576:.1f} MiB"
               f" | {r['expired']:.0f} / {r['not_held']:.0f}"
               f" | {(r['30s_after_window_kib'] or r['after_window_kib']) / 1024:.0f} MiB |" for r in bound["runs"]],
+            "",
+            "Held circuits are those that fit under the total with a reservation of one backend read each"
+            " (`RetentionBudget.writeReserve`,",
+            "131 KiB): the metric's peak is the total, reservations included, and the rest of the 400 were not held."
+            " What grew beyond",
+            "the baseline is at most the total plus the circuits' fixed cost: "
+            + "; ".join(f"{'acknowledging' if not r['stop_acking_s'] else 'stopped'}: {(r['held_peak_kib'] - r['baseline_kib']) / 1024:.1f} MiB"
+                        f" for {r['expired']:.0f} held circuits and their {r['circuits']} streams"
+                        f" (attached, {(r['attached_kib'] - r['baseline_kib']) / r['circuits']:.0f} KiB a circuit)"
+                        for r in bound["runs"]) + ".",
+            "A held circuit's records are copied into one buffer when it is held (`CircuitChannel.compactKept`): before"
+            " (2026-12-07, the build",
+            "before this one), the device that stopped acknowledging left the gateway at 162–166 MiB while 70 circuits were held:"
+            " their small",
+            "records sat among the freed ones of the circuits that ended, and no page could go back to the system.",
         ]
 
     bulk = results.get("bulk")
