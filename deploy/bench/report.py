@@ -574,6 +574,22 @@ def render(results: dict, before: dict | None = None) -> str:
             f" | {ratio(b5['upload_mib_s'], bssh['upload_mib_s'])}"
             f" | {ratio(b5['download_cpu_s'], bssh['download_cpu_s'])} | {ratio(b5['upload_cpu_s'], bssh['upload_cpu_s'])} |",
             "",
+            "On 2026-12-07 (the first runs, the table the third): 5 rounds gave suite 5 ÷ suite 4 1.12× down, 0.88× up,"
+            " and overlay ÷ ssh -R",
+            "1.06× down, 0.92× up; 7 rounds the same hour 0.89× and 0.99×, 0.67× and 0.81× (the overlay's two paths"
+            " slowing together over",
+            "the run, ssh -R not); 7 more 0.98× and 0.88×, 0.89× and 0.86×. The upload's CPU was 1.13–1.17× suite 4's"
+            " in two of the three.",
+            "Between consecutive transfers of one path this machine varies by ±20 % (226–353 MiB/s in 12 downloads"
+            " in a row), more than",
+            "the 5 % the target is about; drivers over the same setup gave uploads at 0.92–0.96× of suite 4's. What is"
+            " known of the upload's",
+            "cost: not the window (the device keeping 4 MiB instead of 3 gave 0.90× against 0.92× in one run), nor the"
+            " controller or the",
+            "gateway (the same syscalls within 2 %), but the device: 35 % more wake-ups and writes in a 64 MiB upload"
+            " (715 against 524",
+            "`epoll_wait`s), the gateway's ACKs breaking its write batching. Not solved: see issue 49's note.",
+            "",
             "Samples (MiB/s, in round order): "
             + "; ".join(f"{name} down {', '.join(fmt(v) for v in r['samples']['down'])},"
                         f" up {', '.join(fmt(v) for v in r['samples']['up'])}" for name, r in bulk["paths"].items()) + ".",
