@@ -323,6 +323,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// What this circuit keeps of its own records, as counted against the bounds (tests).
     package var keptBytes: Int { retainedBytes }
 
+    /// The records this circuit keeps, oldest first (tests).
+    package var keptRecords: [ByteBuffer] { Array(retained) }
+
     /// The stream under the circuit now, if any (tests: what a foreign client does below its end-to-end layer).
     package var pathStream: (any Channel)? { path?.channel }
 

@@ -145,6 +145,12 @@ struct CircuitChannelLifecycleTests {
         #expect(link.circuit.keptBytes < attached / 4)
         #expect(retention.budget.heldBytes == link.circuit.keptBytes + RetentionBudget.writeReserve)
         #expect(retention.budget.bytes(of: "device-1") == link.circuit.keptBytes)
+        // One buffer: each record starts where the one before it ends (a buffer copied at each slice would not).
+        let starts = link.circuit.keptRecords.map { record in
+            record.withUnsafeReadableBytes { Int(bitPattern: $0.baseAddress) }
+        }
+        let ends = zip(starts, link.circuit.keptRecords).map { $0 + $1.readableBytes }
+        #expect(Array(starts.dropFirst()) == Array(ends.dropLast()), "the kept records are not one buffer")
 
         let path = try link.newPath()
         #expect(link.circuit.resume(on: path, attempt: 1, peerReceived: 0, answer: ByteBuffer(string: "answer")) == nil)
