@@ -574,21 +574,25 @@ def render(results: dict, before: dict | None = None) -> str:
             f" | {ratio(b5['upload_mib_s'], bssh['upload_mib_s'])}"
             f" | {ratio(b5['download_cpu_s'], bssh['download_cpu_s'])} | {ratio(b5['upload_cpu_s'], bssh['upload_cpu_s'])} |",
             "",
-            "On 2026-12-07 (the first runs, the table the third): 5 rounds gave suite 5 ÷ suite 4 1.12× down, 0.88× up,"
-            " and overlay ÷ ssh -R",
-            "1.06× down, 0.92× up; 7 rounds the same hour 0.89× and 0.99×, 0.67× and 0.81× (the overlay's two paths"
-            " slowing together over",
-            "the run, ssh -R not); 7 more 0.98× and 0.88×, 0.89× and 0.86×. The upload's CPU was 1.13–1.17× suite 4's"
-            " in two of the three.",
-            "Between consecutive transfers of one path this machine varies by ±20 % (226–353 MiB/s in 12 downloads"
-            " in a row), more than",
-            "the 5 % the target is about; drivers over the same setup gave uploads at 0.92–0.96× of suite 4's. What is"
-            " known of the upload's",
-            "cost: not the window (the device keeping 4 MiB instead of 3 gave 0.90× against 0.92× in one run), nor the"
-            " controller or the",
-            "gateway (the same syscalls within 2 %), but the device: 35 % more wake-ups and writes in a 64 MiB upload"
-            " (715 against 524",
-            "`epoll_wait`s), the gateway's ACKs breaking its write batching. Not solved: see issue 49's note.",
+            "Four runs on 2026-12-07 (the table is the fourth, 11 rounds with the machine otherwise idle), suite 5 ÷"
+            " suite 4 down / up",
+            "and overlay ÷ ssh -R down / up: 5 rounds 1.12× / 0.88× and 1.06× / 0.92×; 7 rounds 0.89× / 0.99× and"
+            " 0.67× / 0.81× (the",
+            "overlay's two paths slowing together over the run, ssh -R not); 7 rounds 0.98× / 0.88× and 0.89× /"
+            " 0.86×; 11 rounds 1.01× /",
+            "1.05× and 0.91× / 1.05×. Between consecutive transfers of one path this machine varies by ±20 % (226–353"
+            " MiB/s in 12",
+            "downloads in a row), more than the 5 % the targets are about. Drivers of two paths alone (suite 5 and 4,"
+            " 8 alternating",
+            "uploads) gave 0.92–0.99×; with the gateway acknowledging every 1.5 MiB instead of 768 KiB (a build made for"
+            " the purpose)",
+            "0.98× and 1.11× against 0.99× and 0.97× in alternate runs: within the noise. Not the window either (the"
+            " device keeping",
+            "4 MiB instead of 3: 0.90× against 0.92× in one run). The device wakes 35 % more often in an upload (715"
+            " against 524",
+            "`epoll_wait`s in 64 MiB, `strace -c`), the gateway's ACKs breaking its write batching; the controller and"
+            " the gateway made",
+            "the same syscalls within 2 %. Whether that costs throughput this machine cannot resolve.",
             "",
             "Samples (MiB/s, in round order): "
             + "; ".join(f"{name} down {', '.join(fmt(v) for v in r['samples']['down'])},"
