@@ -134,8 +134,17 @@ public final class RelayHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// FINAL record, or the CANCEL that tells the other end the circuit was ended on purpose and is not to be
     /// resumed). After a clean end (END_STREAM read: both directions over) it waits for as long as that takes;
     /// after a reset or a lost connection, up to `resetLinger`.
+    ///
+    /// A cut circuit's partner is not closed here: its end is the cut's (`Relay.cut` resets the device's stream with
+    /// a code of its own, or closes it). The gateway ends a cut circuit itself as soon as it hears of it, and its
+    /// stream's close, served on this loop before the cut's queued reset, reached the device first as a plain reset:
+    /// the device took it for a lost path and asked for a resumption (CI, a narrowed device, once in a few runs).
     public func channelInactive(context: ChannelHandlerContext) {
         sendBatch(context: context)
+        if isSevered?() == true {
+            context.fireChannelInactive()
+            return
+        }
         let partner = self.partner
         if let lastWrite {
             let timer =

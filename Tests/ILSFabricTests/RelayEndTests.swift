@@ -63,6 +63,24 @@ struct RelayEndTests {
         held.release()
     }
 
+    @Test("a cut circuit's stream that closes leaves its partner to the cut (which resets it with its own code)")
+    func severedLeavesThePartnerToTheCut() throws {
+        let loop = EmbeddedEventLoop()
+        let partner = EmbeddedChannel(loop: loop)
+        let severed = NIOLockedValueBox(false)
+        let relay = EmbeddedChannel(
+            handler: RelayHandler(partner: partner, isSevered: { severed.withLockedValue { $0 } }),
+            loop: loop
+        )
+        defer { _ = try? partner.finish(acceptAlreadyClosed: true) }
+        try partner.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try relay.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        severed.withLockedValue { $0 = true }
+        _ = try? relay.finish(acceptAlreadyClosed: true)
+        loop.run()
+        #expect(partner.isActive, "the relay closed the partner of a cut circuit ahead of the cut's reset")
+    }
+
     @Test("after END_STREAM, the partner is closed only once the relayed bytes were written to it")
     func cleanEndWaitsForTheTail() throws {
         let (relay, partner, held) = try Self.splice()
