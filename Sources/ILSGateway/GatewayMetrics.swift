@@ -1,4 +1,5 @@
 import ILSFabric
+import ILSProxy
 import Metrics
 
 /// What an overlay gateway counts (`--metrics`).
@@ -23,6 +24,10 @@ enum GatewayMetrics {
         Counter(label: "ils_gateway_circuits_not_held_total", dimensions: [("bound", bound.rawValue)])
             .increment(by: count)
     }
+    /// Attached circuits cut because their device acknowledged nothing for `--client-stall-timeout` while they were
+    /// at their bound (the third bound on what a device makes the gateway keep, beside the two above).
+    static let circuitsStalled = Counter(label: "ils_gateway_circuits_stalled_total")
+    @Sendable static func circuitStalled() { circuitsStalled.increment() }
     static let connected = Gauge(label: "ils_gateway_connected")
     /// Connections to the controller: one per relay event loop when all are up.
     static let links = Gauge(label: "ils_gateway_controller_links")
@@ -36,7 +41,25 @@ enum GatewayMetrics {
             .increment()
     }
 
+    /// HTTP mode: a client connection cut because it took nothing of a response for `--client-stall-timeout`.
+    @Sendable static func httpClientStalled() {
+        Counter(label: "ils_connections_stalled_total", dimensions: [("listener", "http")]).increment()
+    }
+
     static func refusal(_ reason: String) {
         Counter(label: "ils_gateway_refusals_total", dimensions: [("reason", reason)]).increment()
+    }
+}
+
+extension ProxyConfiguration {
+    /// This configuration, with `count` called for each stalled client before the hook it had (a test's, say).
+    func countingStalls(_ count: @escaping @Sendable () -> Void) -> ProxyConfiguration {
+        var counted = self
+        let given = clientStalled
+        counted.clientStalled = {
+            count()
+            given?()
+        }
+        return counted
     }
 }

@@ -41,7 +41,10 @@ public final class HTTPModeServer: Service, Sendable {
         self.configuration = configuration
         self.group = group
         self.logger = logger
-        self.core = ProxyCore(configuration: configuration.proxy, logger: logger)
+        self.core = ProxyCore(
+            configuration: configuration.proxy.countingStalls(GatewayMetrics.httpClientStalled),
+            logger: logger
+        )
         if let devices = configuration.devices {
             guard let files = configuration.tls else {
                 throw ILSError(.invalidArgument, "client certificates need TLS: give --tls-cert and --tls-key")

@@ -249,7 +249,11 @@ public final class OverlayGateway: Service, Sendable {
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         // All backend connections live on that one loop, so it gets the whole `--backend-max-connections`: split
         // between the machine's cores, half of it would answer 503 beyond ~8,000 concurrent streams.
-        self.core = ProxyCore(configuration: proxy, logger: logger, loopCount: 1)
+        self.core = ProxyCore(
+            configuration: proxy.countingStalls(GatewayMetrics.circuitStalled),
+            logger: logger,
+            loopCount: 1
+        )
         self.logger = logger
     }
 

@@ -27,6 +27,10 @@ public struct ProxyConfiguration: Sendable {
     /// request is closed too). A slow reader is fine; a reader that has stopped for this long is gone, and must not
     /// hold a backend connection forever.
     public var clientStallTimeout: TimeSpan = .seconds(600)
+    /// Called, on the connection's event loop, each time a client is cut for taking nothing for
+    /// `clientStallTimeout`: the gateway counts them (`ils_gateway_circuits_stalled_total`,
+    /// `ils_connections_stalled_total`). It must not block.
+    public var clientStalled: (@Sendable () -> Void)?
     /// The largest request head accepted, in bytes, before answering 431.
     public var maxRequestHeaderBytes: Int = 64 * 1024
     /// The most header fields accepted in one request head before answering 431.

@@ -49,6 +49,10 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
         case none
         /// Close the client connection.
         case close
+        /// The client took nothing for the stall timeout: log the exchange `client_stalled` (if one was under way),
+        /// count it, and close the client connection; release the backend connection first, not reusable. No timer
+        /// is left to run (as after `close`).
+        case stalled(Exchange?, release: Backend?)
         /// Ask the pool for a backend connection for this exchange.
         case lease(Exchange)
         /// Answer with the gateway's own error, then close; release the backend connection first, not reusable.
@@ -409,8 +413,13 @@ struct ProxyConnectionMachine<Backend: AnyObject> {
     /// at `nextDeadline`.
     mutating func timerFired(now: NIODeadline, backendWritable: Bool) -> Action {
         if let stalledSince, stalledSince + timeouts.stall <= now {
-            // Not writable since then: the client stopped reading. Closing ends the backend request too.
-            return .close
+            // Not writable since then: the client stopped reading. The backend request ends with it.
+            defer { state = .closed }
+            switch state {
+            case .forwarding(let exchange, let backend): return .stalled(exchange, release: backend)
+            case .awaitingBackend(let exchange): return .stalled(exchange, release: nil)
+            case .idle, .closing, .upgrading, .closed: return .stalled(nil, release: nil)
+            }
         }
         switch state {
         case .idle(let since):

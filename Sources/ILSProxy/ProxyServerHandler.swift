@@ -192,6 +192,13 @@ final class ProxyServerHandler: ChannelDuplexHandler, RemovableChannelHandler {
             closeRequested = true
             cancelTimer()
             context?.close(promise: nil)
+        case .stalled(let exchange, let backend):
+            closeRequested = true
+            cancelTimer()
+            if let backend { pool?.release(backend, reusable: false) }
+            if let exchange { accessLog.record(exchange, client: client, outcome: "client_stalled") }
+            configuration.clientStalled?()
+            context?.close(promise: nil)
         case .respond(let error, let exchange, let backend):
             if let backend { pool?.release(backend, reusable: false) }
             respond(with: error, to: exchange)

@@ -100,6 +100,8 @@ struct ProxyConnectionMachineTableTests {
         switch action {
         case .none: "none"
         case .close: "close"
+        case .stalled(let exchange, let backend):
+            "stalled(\(exchange == nil ? "-" : "exchange")\(backend == nil ? "" : ", release"))"
         case .lease: "lease"
         case .respond(let error, _, let backend): "respond(\(error.code)\(backend == nil ? "" : ", release"))"
         case .cut(_, let outcome, let backend): "cut(\(outcome)\(backend == nil ? "" : ", release"))"

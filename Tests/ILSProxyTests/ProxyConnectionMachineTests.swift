@@ -84,7 +84,8 @@ struct ProxyConnectionMachineTests {
     /// The backend connection an action carries (to lease, release or write to), if any.
     static func backend(_ action: Machine.Action) -> Backend? {
         switch action {
-        case .respond(_, _, let backend), .cut(_, _, let backend), .abandon(_, let backend): backend
+        case .respond(_, _, let backend), .cut(_, _, let backend), .abandon(_, let backend), .stalled(_, let backend):
+            backend
         case .flushBackend(let backend), .returnUnused(let backend), .setBackendReads(let backend, _): backend
         case .none, .close, .lease, .retry: nil
         }
@@ -476,7 +477,7 @@ struct ProxyConnectionMachineTests {
         #expect(Self.name(closing.timerFired(now: Self.start + .seconds(30), backendWritable: false)) == "close")
     }
 
-    @Test("a client that takes nothing for the stall timeout is closed; taking again clears it")
+    @Test("a client that takes nothing for the stall timeout is cut with its backend request; taking again clears it")
     func stall() {
         var machine = Self.forwarding()
         _ = machine.responseHead(Self.head(.ok), now: Self.start)
@@ -485,7 +486,13 @@ struct ProxyConnectionMachineTests {
         #expect(Self.name(held) == "setBackendReads(false)")
         _ = machine.clientWritabilityChanged(isWritable: false, now: Self.start + .seconds(100))
         #expect(machine.nextDeadline == Self.start + .seconds(600))
-        #expect(Self.name(machine.timerFired(now: Self.start + .seconds(600), backendWritable: true)) == "close")
+        var cut = machine
+        #expect(
+            Self.name(cut.timerFired(now: Self.start + .seconds(600), backendWritable: true))
+                == "stalled(exchange, release)"
+        )
+        #expect(Self.name(cut.state) == "closed")
+        #expect(Self.name(cut.clientInactive()) == "none", "the stall logged the exchange: the close must not again")
         let resumed = machine.clientWritabilityChanged(isWritable: true, now: Self.start)
         #expect(Self.name(resumed) == "setBackendReads(true)")
         #expect(machine.stalledSince == nil)

@@ -30,7 +30,11 @@ struct ProxyFixture {
         configuration.drainTimeout = .seconds(5)
         configuration.proxy.backendIdleTimeout = TestTiming.scaled(configuration.proxy.backendIdleTimeout)
         configure(&configuration)
-        let gateway = try HTTPModeServer(configuration: configuration, logger: quietLogger)
+        // Access lines are written at info: a test that takes them needs a logger at that level.
+        let logger =
+            configuration.proxy.accessLog == nil
+            ? quietLogger : Logger(label: "test", factory: { _ in AccessLogTests.Events() })
+        let gateway = try HTTPModeServer(configuration: configuration, logger: logger)
         let address = try await gateway.start()
         let fixture = ProxyFixture(backend: backend, gateway: gateway, gatewayPort: address.port!, pki: pki)
         do {

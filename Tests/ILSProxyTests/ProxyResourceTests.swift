@@ -1,4 +1,6 @@
+import ILSGateway
 import ILSTesting
+import NIOConcurrencyHelpers
 import NIOCore
 import Testing
 
@@ -71,9 +73,18 @@ struct ProxyResourceTests {
         }
     }
 
-    @Test("a client that stops reading altogether is cut off after the stall timeout, and so is its backend request")
+    @Test(
+        "a client that stops reading altogether is cut off after the stall timeout, and so is its backend request; the access line says client_stalled, and the stall is counted"
+    )
     func stalledClientIsCutOff() async throws {
-        try await ProxyFixture.with(configure: { $0.proxy.clientStallTimeout = .milliseconds(500) }) { fixture in
+        let lines = AccessLogTests.Sink()
+        let stalls = NIOLockedValueBox(0)
+        let configure: (inout HTTPModeConfiguration) -> Void = {
+            $0.proxy.clientStallTimeout = .milliseconds(500)
+            $0.proxy.accessLog = lines
+            $0.proxy.clientStalled = { stalls.withLockedValue { $0 += 1 } }
+        }
+        try await ProxyFixture.with(configure: configure) { fixture in
             let size = 256 * 1024 * 1024
             let connection = try await fixture.connect()
             try await connection.sendRequest("GET", "/bytes?size=\(size)")
@@ -94,6 +105,9 @@ struct ProxyResourceTests {
             } catch {
                 #expect(received < size)
             }
+            #expect(stalls.withLockedValue { $0 } == 1)
+            let outcomes = lines.lines.withLockedValue { $0 }.map { line in line.first { $0.key == "outcome" }?.value }
+            #expect(outcomes == ["client_stalled"])
         }
     }
 
