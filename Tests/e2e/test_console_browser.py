@@ -13,6 +13,7 @@ import json
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -77,7 +78,17 @@ def csrf(browser: Browser) -> str:
     return browser.element("input[name='csrf']").get_attribute("value")
 
 
-# The tests run in file order: the first signs the desktop browser in, the others use that session.
+# The tests run in file order: the first signs the desktop browser in, the others use that session (a test that
+# may run alone makes sure of one with signed_in).
+
+
+def signed_in(setup: Setup) -> None:
+    """Makes sure the desktop browser has a session: a test run alone signs it in with the first link."""
+    base = setup.console.base
+    setup.desktop.driver.get(base + "/identities")
+    if setup.desktop.driver.current_url != base + "/identities":
+        setup.desktop.driver.get(setup.console.first_url)
+    setup.desktop.element("#identities")
 
 
 def serve_page(page: bytes) -> http.server.ThreadingHTTPServer:
@@ -192,21 +203,37 @@ def test_revoke_ends_live_stream_and_leaves_the_sessions_page(setup: Setup) -> N
 
 
 def test_revocation_in_audit_page(setup: Setup) -> None:
+    """A device revoked through the console shows in the audit page: the revocation alone under its filter, and the
+    identity family for that target (create, enroll, revoke) and nothing else. The device is this test's own, with a
+    name no other test uses, so it runs alone or after the others alike."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
 
-    desktop = setup.desktop
-    desktop.driver.get(setup.console.base + "/audit")
+    desktop, controller, base = setup.desktop, setup.controller, setup.console.base
+    name = f"audited-{uuid.uuid4().hex[:12]}"
+    create(controller, name, "device")
+    signed_in(setup)
+    desktop.driver.get(base + "/identities")
+    row = desktop.element(f"tr[data-name='{name}']")
+    row.find_element(By.CSS_SELECTOR, f"form[action='/identities/{name}/revoke'] button").click()
+    alert = desktop.wait(ec.alert_is_present())
+    assert f"Revoke {name}?" in alert.text
+    alert.accept()
+    assert desktop.element("#notice").text == f"{name} was revoked."
+    assert identity(controller, name)["state"] == "revoked"
+
+    desktop.driver.get(base + "/audit")
     form = desktop.element("#audit-filter")
     form.find_element(By.NAME, "action").send_keys("identity.revoke")
-    form.find_element(By.NAME, "target").send_keys("tablet")
+    form.find_element(By.NAME, "target").send_keys(name)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     desktop.wait(lambda d: "action=identity.revoke" in d.current_url)
     rows = desktop.elements("#audit tbody tr")
     cells = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
-    assert len(cells) == 1 and cells[0][1:4] == ["admin", "identity.revoke", "tablet"], cells
+    assert len(cells) == 1 and cells[0][1:4] == ["admin", "identity.revoke", name], cells
     desktop.screenshot("audit")
     # The family filter finds the create too, and nothing about other targets.
-    desktop.driver.get(setup.console.base + "/audit?action=identity.&target=tablet")
+    desktop.driver.get(f"{base}/audit?action=identity.&target={name}")
     actions = [row.find_elements(By.TAG_NAME, "td")[2].text for row in desktop.elements("#audit tbody tr")]
     assert actions == ["identity.revoke", "identity.enroll", "identity.create"], actions
 
@@ -269,9 +296,7 @@ def test_a_login_link_opened_from_another_site_signs_in_after_one_press(setup: S
     follows a sign-in there, and the used link would land on "Not signed in". Such a link (and one fetched without a
     browser, as a link preview) gets a button instead and stays unused until it is pressed."""
     desktop, base = setup.desktop, setup.console.base
-    desktop.driver.get(base + "/identities")
-    if desktop.driver.current_url != base + "/identities":
-        desktop.driver.get(setup.console.first_url)  # run alone: this browser signs in with the first link
+    signed_in(setup)
     preview = base + sign_in_another(desktop, base)
     chat = base + sign_in_another(desktop, base)
 
