@@ -455,16 +455,16 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         case .input:
             promise?.fail(ChannelError.operationUnsupported)
         case .output:
-            machine.outputDidEnd()
             if sentAtOutputEnd == nil { sentAtOutputEnd = firstRetained + UInt64(retained.count) }
-            if !machine.resumable, let path, machine.pathEndDue() {
+            let action = machine.outputDidEnd()
+            if !machine.resumable, action == .endPath, let path {
                 path.close(mode: .output, promise: promise)
                 return
             }
             // The FINAL record is kept like any other: the direction's end is safe now, and END_STREAM waits until
             // the circuit is settled (`CircuitPathMachine.pathEndDue`).
             promise?.succeed()
-            endPathIfDue()
+            perform(action)
         case .all:
             finish(promise: promise)
         }
@@ -484,8 +484,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             counting = true
             self.secrets = secrets
             self.peerID = peerID
-            machine.established(resumable: secrets != nil && retention.grace > .zero)
-            if machine.resumable { path?.demandRead() }
+            if machine.established(resumable: secrets != nil && retention.grace > .zero) == .readAlways {
+                path?.demandRead()
+            }
             // Writable once the writes held for the handshake are in (the handler sends them right after this event):
             // at the first of them with a resumable suite (`write0`), else from the next turn.
             eventLoop.assumeIsolated().execute { if self.isActive { self.updateWritability() } }
@@ -493,10 +494,9 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
             onEstablished = []
             for callback in callbacks { callback(self) }
         case .acknowledged(let count):
-            acknowledge(count)
+            perform(acknowledge(count))
         case .peerFinished:
-            machine.peerDidFinish()
-            endPathIfDue()
+            perform(machine.peerDidFinish())
         }
         promise?.succeed()
     }
@@ -509,9 +509,10 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
     /// total before it was counted (docs/benchmarks.md).
     package static let recordOverhead = 128
 
-    /// The peer has opened `count` of our records: drop those from what is kept.
-    private func acknowledge(_ count: UInt64, endPath: Bool = true) {
-        guard count > firstRetained else { return }
+    /// The peer has opened `count` of our records: drop those from what is kept. Returns whether the path's end is
+    /// due now (the ACK covers our FINAL of a circuit both ends ended).
+    private func acknowledge(_ count: UInt64) -> CircuitPathMachine.PathEndAction {
+        guard count > firstRetained else { return .none }
         let drop = Int(min(count - firstRetained, UInt64(retained.count)))
         var freed = 0
         for _ in 0..<drop {
@@ -520,14 +521,19 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         retainedBytes -= freed
         let kept = retention.budget.add(-freed, identity: peerID, held: heldInBudget)
         firstRetained += UInt64(drop)
-        if let sent = sentAtOutputEnd, count >= sent { machine.outputWasAcknowledged() }
+        let action: CircuitPathMachine.PathEndAction
+        if let sent = sentAtOutputEnd, count >= sent {
+            action = machine.outputWasAcknowledged()
+        } else {
+            action = .none
+        }
         updateWritability(kept: kept)
-        if endPath { endPathIfDue() }
+        return action
     }
 
-    /// Ends the current path's output (END_STREAM) if the machine says it is time.
-    private func endPathIfDue() {
-        guard let path, machine.pathEndDue() else { return }
+    /// Carries out the machine's answer to an event that may settle the circuit.
+    private func perform(_ action: CircuitPathMachine.PathEndAction) {
+        guard action == .endPath, let path else { return }
         path.close(mode: .output, promise: nil)
     }
 
@@ -799,14 +805,15 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         // The new path first: what is dropped now is judged against its writability, not a missing path's.
         path = new
         new.circuit = self
-        // END_STREAM, if due, only after RESUMED and the records sent again (`endPathIfDue` below).
-        acknowledge(peerReceived, endPath: false)
+        // END_STREAM, if due, only after RESUMED and the records sent again (below): the ACK in the resumption may
+        // be the one that settles the circuit, or it was settled before and this path has had none.
+        let ended = acknowledge(peerReceived)
         if let first { new.write(first, promise: nil) }
         for frame in retained { new.write(frame, promise: nil) }
         new.flush()
         if readDemanded { new.demandRead() }
         updateWritability()
-        endPathIfDue()
+        perform(ended == .endPath || machine.pathEndDue() ? .endPath : .none)
     }
 
     /// How long a path ended cleanly at the circuit's close waits for the peer's END_STREAM before it is reset: 10 s

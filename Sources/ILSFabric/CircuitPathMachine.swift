@@ -53,18 +53,47 @@ package struct CircuitPathMachine: Sendable {
         case none
     }
 
-    package mutating func established(resumable: Bool) {
-        guard state == .handshaking else { return }
-        state = .attached
-        self.resumable = resumable
+    /// What the channel does after an event that may settle the circuit.
+    package enum PathEndAction: Sendable, Equatable {
+        /// END_STREAM goes on the current path now (it counts as gone from here).
+        case endPath
+        case none
     }
 
-    package mutating func outputDidEnd() { outputEnded = true }
+    /// What the channel does once the handshake is done.
+    package enum EstablishedAction: Sendable, Equatable {
+        /// Resumable: the path reads whatever the layer above asks, for the end-to-end handler must see the peer's
+        /// ACKs (it holds the records the layer above has not asked for, `InboundRecords`).
+        case readAlways
+        /// The path reads only when the layer above asks, as any channel.
+        case readOnDemand
+    }
 
-    package mutating func peerDidFinish() { peerFinished = true }
+    /// The end-to-end handshake is done, with a resumable suite or not.
+    package mutating func established(resumable: Bool) -> EstablishedAction {
+        guard state == .handshaking else { return self.resumable ? .readAlways : .readOnDemand }
+        state = .attached
+        self.resumable = resumable
+        return resumable ? .readAlways : .readOnDemand
+    }
+
+    /// Our direction ended (the FINAL record went, or waits to go).
+    package mutating func outputDidEnd() -> PathEndAction {
+        outputEnded = true
+        return pathEndDue() ? .endPath : .none
+    }
+
+    /// The peer's direction ended with its FINAL or CANCEL record.
+    package mutating func peerDidFinish() -> PathEndAction {
+        peerFinished = true
+        return pathEndDue() ? .endPath : .none
+    }
 
     /// The peer's ACK covers our FINAL record.
-    package mutating func outputWasAcknowledged() { outputAcknowledged = true }
+    package mutating func outputWasAcknowledged() -> PathEndAction {
+        outputAcknowledged = true
+        return pathEndDue() ? .endPath : .none
+    }
 
     /// Whether both directions have ended with their FINAL records: a close now is clean.
     package var isDone: Bool { outputEnded && peerFinished }
@@ -74,7 +103,8 @@ package struct CircuitPathMachine: Sendable {
     package var isSettled: Bool { isDone && (outputAcknowledged || !resumable) }
 
     /// Whether END_STREAM should go on the current path now (then it counts as gone). Without resumption it follows
-    /// our FINAL at once; with it, it waits for the circuit to be settled.
+    /// our FINAL at once; with it, it waits for the circuit to be settled. The events above answer it; the channel
+    /// asks it itself only once a new path has the records sent again (a resumption).
     package mutating func pathEndDue() -> Bool {
         guard outputEnded, !pathOutputEnded, state == .attached || state == .handshaking else { return false }
         guard !resumable || isSettled else { return false }

@@ -546,6 +546,39 @@ def render(results: dict, before: dict | None = None) -> str:
             "records sat among the freed ones of the circuits that ended, and no page could go back to the system.",
         ]
 
+    stall = results.get("stall")
+    if stall:
+        other = stall["other_device"]
+        lines += [
+            "",
+            f"### Circuits whose device takes nothing ({stall['date']})",
+            "",
+            "Measured by `deploy/bench/run.sh --only stall` (deploy/bench/resume.py `stalled`): one device's"
+            f" {stall['circuits']} circuits, each asking for",
+            "1 GiB through its tunnel into local sockets that are never read (the tunnel stops reading a circuit"
+            " once its socket is full,",
+            "so the device acknowledges nothing), against a gateway of its own at its defaults"
+            f" (`--client-stall-timeout` {stall['stall_timeout_s']} s in overlay mode).",
+            "Meanwhile another device's SSE stream (an event every 20 ms) runs through the same gateway.",
+            "",
+            "| first cut | last cut | cuts counted | local sockets ended | RSS before | peak while stalled |"
+            " kept (metric, peak) | 30 s after |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {stall['first_cut_s']:.1f} s | {stall['all_cut_s']:.1f} s | {stall['cut_counted']}"
+            f" | {stall['local_sockets_ended']} of {stall['circuits']} | {stall['baseline_kib'] / 1024:.0f} MiB"
+            f" | {(stall['stalled_peak_kib'] or 0) / 1024:.0f} MiB | {stall['kept_mib_peak']:.1f} MiB"
+            f" | {stall['30s_after_kib'] / 1024:.0f} MiB |",
+            "",
+            "Cut times count from the requests (polled every 0.5 s: a circuit is at its bound within a second of its"
+            " request, and its 60 s run from then).",
+            f"The other device's stream: {other['events']} events, {other['events_while_stalled']} of them while the"
+            f" circuits were stalled, none repeated; the largest gap between two events {other['max_gap_ms']} ms"
+            f" ({other['gaps_over_50ms']} over 50 ms: the backend, which also served the 80 answers, stamps each"
+            " event when it gets to it).",
+            f"The gateway's log has {stall['stalled_access_lines']} access lines with `outcome=client_stalled`;"
+            f" circuits active after: {stall['circuits_active_after']:.0f} (the other device's stream).",
+        ]
+
     bulk = results.get("bulk")
     if bulk:
         b5, b4, bssh = (bulk["paths"][name] for name in ("suite 5", "suite 4", "ssh -R"))

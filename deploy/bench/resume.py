@@ -238,19 +238,10 @@ def controller_kills(run_mod, c, a_port: int, b_port: int, store: str, trials: i
     return {**run_mod.percentiles(times), "trials": trials, "each_ms": [round(t) for t in times], **checked}
 
 
-def held_memory(run_mod, s, circuits: int, total_mib: int = 256, grace_s: int = 40, stop_acking_s: int = 0,
-                name: str = "held") -> dict:
-    """The gateway's resident memory while `circuits` circuits are held, their backend answers still streaming (an
-    SSE event every 10 ms each): a gateway of its own with `--resume-total` of `total_mib` and a window of `grace_s`,
-    the device's tunnel SIGKILLed with every stream open. Samples the gateway's RSS from before the streams to 40 s
-    after the window ran out (the gateway hands freed memory back at most every 10 s once circuits closed). The
-    per-device cap of held circuits is lifted to `circuits`: each held circuit reserves one backend read (about
-    131 KiB) within the total, so 1,000 need about 128 MiB of it before they keep anything.
-
-    `stop_acking_s` > 0: the device stops acknowledging first (its tunnel SIGSTOPped, its connection left open) for
-    that long, so every circuit keeps what its bounds let it while attached, and carries that into the held state
-    when the tunnel is then SIGKILLed: what the hard total must bound (issue 49: 400 such circuits took a gateway at
-    `--resume-total 32MiB` from 60 to 446 MB, and it stayed at 448 MB after they expired)."""
+def own_gateway(run_mod, s, name: str, gateway_flags: list[str]):
+    """A controller and an overlay gateway of their own in `s.work / name`, the gateway with `gateway_flags` and
+    `--metrics`, in front of the run's backend. Returns the setup and a function that reads one of the gateway's
+    metrics (summed over its labels)."""
     work = s.work / name
     work.mkdir()
     h = run_mod.Setup(work=work, bin=s.bin, bench=s.bench, backend_port=s.backend_port)
@@ -265,9 +256,126 @@ def held_memory(run_mod, s, circuits: int, total_mib: int = 256, grace_s: int = 
     run_mod.enroll(h, "gateway", "gateway")
     h.procs["gateway"] = run_mod.start(
         [str(h.bin), "serve", "--identity", "identities/gateway.json", "--backend",
-         f"http://127.0.0.1:{h.backend_port}", "--resume-total", f"{total_mib}MiB", "--resume-grace", f"{grace_s}s",
-         "--resume-held-per-identity", str(circuits), "--metrics", f"127.0.0.1:{metrics_port}"],
+         f"http://127.0.0.1:{h.backend_port}", *gateway_flags, "--metrics", f"127.0.0.1:{metrics_port}"],
         work / "gateway.log", work, env={"NETWORKING_MODE": "ziti"})
+
+    def metric(wanted: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            return sum(float(line.rpartition(" ")[2]) for line in r.read().decode().splitlines()
+                       if line.startswith(wanted + " ") or line.startswith(wanted + "{"))
+
+    return h, metric
+
+
+def stalled(run_mod, s, circuits: int = 80, answer_mib: int = 1024) -> dict:
+    """Issue 49's must-show at the defaults: `circuits` circuits of one device whose app takes nothing (local sockets
+    that are never read: the tunnel stops reading each circuit once its socket is full, so the device acknowledges
+    nothing), each asking for an answer of `answer_mib`, against a gateway of its own with no flag but `--metrics`
+    (so `--client-stall-timeout` is its overlay default, 60 s). Meanwhile another device's SSE stream (an event every
+    20 ms) runs through its own tunnel, and must repeat nothing (the largest gap is reported). Records when the gateway cuts the stalled
+    circuits (`ils_gateway_circuits_stalled_total`), whether their backend requests end with them, and the gateway's
+    RSS before, while stalled, and after."""
+    h, metric = own_gateway(run_mod, s, "stall", [])
+    for device in ("mute-device", "tab-device"):
+        run_mod.enroll(h, device, "device")
+    mute_port, tab_port = run_mod.free_port(), run_mod.free_port()
+    mute = run_mod.start_tunnel(h, "mute-device", mute_port)
+    tab = run_mod.start_tunnel(h, "tab-device", tab_port)
+    for port in (mute_port, tab_port):
+        run_mod.wait_for_overlay(port, timeout=30)
+    gateway = h.procs["gateway"].pid
+    run_mod.settle(h)
+    baseline = run_mod.rss_kib(gateway)
+    clock = sse_reader(curl_sse(tab_port))
+    socks = []
+    samples: list[tuple[float, float, int, float]] = []  # (s since the requests, kept MiB, RSS KiB, cut)
+    try:
+        began = time.monotonic()
+        for _ in range(circuits):
+            sock = run_mod.socket.create_connection(("127.0.0.1", mute_port), timeout=30)
+            sock.setsockopt(run_mod.socket.SOL_SOCKET, run_mod.socket.SO_RCVBUF, 64 * 1024)
+            sock.sendall(f"GET /bytes/{answer_mib * run_mod.MIB} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+            socks.append(sock)
+        events_before = clock.count()
+        first_cut = all_cut = None
+        deadline = began + 180
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            cut = metric("ils_gateway_circuits_stalled_total")
+            at = time.monotonic() - began
+            samples.append((round(at, 1), round(metric("ils_gateway_resumption_kept_bytes") / run_mod.MIB, 1),
+                            run_mod.rss_kib(gateway), cut))
+            if cut and first_cut is None:
+                first_cut = at
+            if cut >= circuits:
+                all_cut = at
+                break
+        print(f"   cut {first_cut or 0:.1f}–{all_cut or 0:.1f} s after the requests", flush=True)
+        if all_cut is None:
+            raise RuntimeError(f"after 180 s, {metric('ils_gateway_circuits_stalled_total'):.0f} of {circuits} "
+                               "stalled circuits were cut")
+        # The tunnel's sockets end with their circuits: reset (the tunnel's way of saying an answer was cut), or at
+        # EOF once drained. One still open 30 s later is not counted.
+        ended = 0
+        for sock in socks:
+            sock.settimeout(30)
+            try:
+                while sock.recv(1 << 20):
+                    pass
+                ended += 1
+            except TimeoutError:
+                pass
+            except OSError:
+                ended += 1
+        active = metric("ils_gateway_circuits_active")
+        after_at = time.monotonic()
+        while time.monotonic() - after_at < 30:
+            time.sleep(2)
+        after = run_mod.rss_kib(gateway)
+        clock.wait_events(10, timeout=30)
+        # Not `clock.check()`: the backend also served the 80 answers, and its stamps show when it got to each event
+        # (a gap is the backend late, not an event lost: TCP loses none). What is reported is the gaps.
+        with clock.lock:
+            stamps = [stamp for _, stamp in clock.events]
+        gaps = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
+        if any(gap <= 0 for gap in gaps):
+            raise RuntimeError("the other device's stream repeated an event")
+        checked = {"events": len(stamps), "repeated": 0, "max_gap_ms": round(max(gaps)),
+                   "gaps_over_50ms": sum(1 for gap in gaps if gap > 2.5 * EVENT_MS)}
+        events_during = clock.count() - events_before
+        log = (h.work / "gateway.log").read_text(errors="replace")
+    finally:
+        clock.proc.terminate()
+        for sock in socks:
+            sock.close()
+        for proc in (mute, tab):
+            proc.terminate()
+        run_mod.stop_setup(h)
+    stalled_rows = [row for row in samples if not row[3]]
+    return {"circuits": circuits, "stall_timeout_s": 60, "first_cut_s": round(first_cut, 1),
+            "all_cut_s": round(all_cut, 1), "cut_counted": circuits, "local_sockets_ended": ended,
+            "circuits_active_after": active, "baseline_kib": baseline,
+            "kept_mib_peak": max(row[1] for row in samples),
+            "stalled_peak_kib": max(row[2] for row in stalled_rows) if stalled_rows else None,
+            "30s_after_kib": after, "stalled_access_lines": log.count("outcome=client_stalled"),
+            "other_device": {**checked, "events_while_stalled": events_during}, "samples": samples}
+
+
+def held_memory(run_mod, s, circuits: int, total_mib: int = 256, grace_s: int = 40, stop_acking_s: int = 0,
+                name: str = "held") -> dict:
+    """The gateway's resident memory while `circuits` circuits are held, their backend answers still streaming (an
+    SSE event every 10 ms each): a gateway of its own with `--resume-total` of `total_mib` and a window of `grace_s`,
+    the device's tunnel SIGKILLed with every stream open. Samples the gateway's RSS from before the streams to 40 s
+    after the window ran out (the gateway hands freed memory back at most every 10 s once circuits closed). The
+    per-device cap of held circuits is lifted to `circuits`: each held circuit reserves one backend read (about
+    131 KiB) within the total, so 1,000 need about 128 MiB of it before they keep anything.
+
+    `stop_acking_s` > 0: the device stops acknowledging first (its tunnel SIGSTOPped, its connection left open) for
+    that long, so every circuit keeps what its bounds let it while attached, and carries that into the held state
+    when the tunnel is then SIGKILLed: what the hard total must bound (issue 49: 400 such circuits took a gateway at
+    `--resume-total 32MiB` from 60 to 446 MB, and it stayed at 448 MB after they expired)."""
+    h, metric = own_gateway(run_mod, s, name, ["--resume-total", f"{total_mib}MiB", "--resume-grace", f"{grace_s}s",
+                                               "--resume-held-per-identity", str(circuits)])
     run_mod.enroll(h, "held-device", "device")
     port = run_mod.free_port()
     tunnel = run_mod.start_tunnel(h, "held-device", port)
@@ -280,12 +388,6 @@ def held_memory(run_mod, s, circuits: int, total_mib: int = 256, grace_s: int = 
         rss = run_mod.rss_kib(gateway)
         samples.append((label, round(time.monotonic() - began, 1), rss))
         return rss
-
-    def metric(wanted: str) -> float:
-        """The metric's value, summed over its labels."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
-            return sum(float(line.rpartition(" ")[2]) for line in r.read().decode().splitlines()
-                       if line.startswith(wanted + " ") or line.startswith(wanted + "{"))
 
     run_mod.settle(h)
     baseline = sample("before")

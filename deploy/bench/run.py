@@ -1063,7 +1063,7 @@ def carry_over(results: dict, previous: dict, only: set[str]) -> dict:
     cluster's section (its rows compare within themselves: SQLite and PostgreSQL, A and B, in that run), and so do
     `resume` and `mobile`; every run keeps the `handshake` section, which `ils-bench handshake` measures apart (the page
     says when)."""
-    if only and only <= {"cluster", "resume", "mobile", "held", "bulk"} and previous:
+    if only and only <= {"cluster", "resume", "mobile", "held", "bulk", "stall"} and previous:
         return {**previous, **{name: results[name] for name in only}}
     if "handshake" in previous:
         return {**results, "handshake": previous["handshake"]}
@@ -1089,7 +1089,8 @@ def main() -> int:
     parser.add_argument("--mobile-samples", type=int, default=20,
                         help="samples per path and case on the mobile link, for its p50 and p90 (default 20)")
     parser.add_argument("--only", default="", help="comma-separated measurements to run: throughput, latency, rps, circuits, app, sse, "
-                        "revocation, restart, floors, cluster, resume, held, bulk, mobile (default all). A run of cluster, resume, held, bulk or "
+                        "revocation, restart, floors, cluster, resume, held, stall, bulk, mobile (default all). A run of cluster, resume, held, "
+                        "stall, bulk or "
                         "mobile alone "
                         "keeps the other figures of --json and adds its own")
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
@@ -1111,7 +1112,7 @@ def main() -> int:
     order = ["direct", "overlay", "ssh -R", "ils-http", "nginx-http", "haproxy-http", "ils-https", "nginx-https",
              "haproxy-https"]
     # The other paths only for the measurements that compare them (a run of cluster or resume alone needs none).
-    if want("bulk") and only and only <= {"bulk", "cluster", "resume", "mobile", "held"}:
+    if want("bulk") and only and only <= {"bulk", "cluster", "resume", "mobile", "held", "stall"}:
         results["machine"]["versions"]["ssh"] = start_ssh(s)  # bulk compares the overlay with ssh -R alone
     if any(want(name) for name in ("throughput", "latency", "rps", "circuits", "floors", "app", "sse", "revocation",
                                    "restart")):
@@ -1209,6 +1210,14 @@ def main() -> int:
             resume.held_memory(sys.modules[__name__], s, 400, total_mib=32, grace_s=20, stop_acking_s=stop,
                                name=f"held-{stop}")
             for stop in (0, 40)]}
+
+    if want("stall"):
+        print(f"== 80 circuits whose device takes nothing, at the default stall timeout (after {settle(s):.1f} s idle "
+              "wait)", flush=True)
+        sys.path.insert(0, str(Path(__file__).parent))
+        import resume  # noqa: E402
+
+        results["stall"] = {"date": time.strftime("%Y-%m-%d"), **resume.stalled(sys.modules[__name__], s)}
 
     if want("bulk"):
         print(f"== bulk: suite 5, suite 4 and ssh -R, {args.bulk_mib} MiB both ways, {args.bulk_rounds} rounds "
