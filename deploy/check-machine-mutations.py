@@ -150,6 +150,13 @@ MUTATIONS = [
     ("exchange: a second head forwarded", EXCHANGE,
      "        guard case .awaitingHead = response else {\n            backend = .close\n            return .refuse(.backendInvalidResponse)\n        }\n",
      ""),
+    ("stall: the cut keeps the exchange and its backend", CONNECTION,
+     "            case .forwarding(let exchange, let backend): return .stalled(exchange, release: backend)\n",
+     "            case .forwarding: return .stalled(nil, release: nil)\n"),
+    ("stall: the machine stays open after the cut", CONNECTION,
+     "            // Not writable since then: the client stopped reading. The backend request ends with it.\n"
+     "            defer { state = .closed }\n",
+     "            // Not writable since then: the client stopped reading. The backend request ends with it.\n"),
     ("paths: a lost path ends a resumable circuit", PATHS,
      "            guard resumable, grace > .zero, !isSettled else {", "            guard false else {"),
     ("paths: a lost path holds a circuit both ends ended", PATHS,
