@@ -382,6 +382,28 @@ def test_an_overlay_gateway_gives_up_a_device_that_takes_nothing_after_a_minute(
             assert expected in line, line
 
 
+def test_a_circuit_whose_device_takes_nothing_is_cut_counted_and_logged(ils_bin: Path, tmp_path: Path) -> None:
+    """The cut itself through the real binary: a circuit whose device opens none of the gateway's records (so it
+    acknowledges nothing) of an answer far beyond the circuit's bound is cut after `--client-stall-timeout`, here 2 s,
+    with its backend request. The gateway counts it (`ils_gateway_circuits_stalled_total`, issue 49: "circuits ended
+    by each bound") and its access line says `outcome=client_stalled`, where it said `client_closed`, as if the device
+    had left. Nothing is kept afterwards."""
+    with lab(ils_bin, tmp_path, "--client-stall-timeout", "2s") as lb:
+        before = lb.backend()
+        circuit = Circuit.open(lb.connect(DEVICE), SERVICE)
+        circuit.send(b"GET /bytes?size=268435456 HTTP/1.1\r\nHost: " + SERVICE.encode() + b"\r\n\r\n")
+        wait_until("the stall's cut", lambda: lb.metric("ils_gateway_circuits_stalled_total") == 1)
+        lb.o.gateway.wait_for_log("outcome=client_stalled", timeout=EVENT_TIMEOUT_S)
+        wait_until("the circuit to go", lambda: lb.metric("ils_gateway_circuits_active") == 0)
+        assert lb.metric("ils_gateway_resumption_kept_bytes") == 0
+        assert lb.metric("ils_gateway_circuits_held") == 0
+        # Its backend request ended with it (the backend's stream count is for SSE; the download's connection is
+        # what the gateway closed): no stream of the backend's is left running.
+        assert lb.backend()["active"] == before["active"]
+        log = lb.gateway_log()
+        assert log.count("outcome=client_stalled") == 1, log[-2000:]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Found while writing the above: a held circuit whose answer ended goes after 5 s, not after its grace window
 # ----------------------------------------------------------------------------------------------------------------
