@@ -813,7 +813,7 @@ public final class CircuitChannel: Channel, ChannelCore, @unchecked Sendable {
         new.flush()
         if readDemanded { new.demandRead() }
         updateWritability()
-        perform(ended == .endPath || machine.pathEndDue() ? .endPath : .none)
+        perform(ended == .endPath ? .endPath : machine.pathEndAction())
     }
 
     /// How long a path ended cleanly at the circuit's close waits for the peer's END_STREAM before it is reset: 10 s

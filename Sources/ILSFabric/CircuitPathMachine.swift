@@ -71,29 +71,33 @@ package struct CircuitPathMachine: Sendable {
 
     /// The end-to-end handshake is done, with a resumable suite or not.
     package mutating func established(resumable: Bool) -> EstablishedAction {
-        guard state == .handshaking else { return self.resumable ? .readAlways : .readOnDemand }
-        state = .attached
-        self.resumable = resumable
-        return resumable ? .readAlways : .readOnDemand
+        if state == .handshaking {
+            state = .attached
+            self.resumable = resumable
+        }
+        return self.resumable ? .readAlways : .readOnDemand
     }
 
     /// Our direction ended (the FINAL record went, or waits to go).
     package mutating func outputDidEnd() -> PathEndAction {
         outputEnded = true
-        return pathEndDue() ? .endPath : .none
+        return pathEndAction()
     }
 
     /// The peer's direction ended with its FINAL or CANCEL record.
     package mutating func peerDidFinish() -> PathEndAction {
         peerFinished = true
-        return pathEndDue() ? .endPath : .none
+        return pathEndAction()
     }
 
     /// The peer's ACK covers our FINAL record.
     package mutating func outputWasAcknowledged() -> PathEndAction {
         outputAcknowledged = true
-        return pathEndDue() ? .endPath : .none
+        return pathEndAction()
     }
+
+    /// `pathEndDue` as an action.
+    package mutating func pathEndAction() -> PathEndAction { pathEndDue() ? .endPath : .none }
 
     /// Whether both directions have ended with their FINAL records: a close now is clean.
     package var isDone: Bool { outputEnded && peerFinished }

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import Backend, Certs, Gateway
+from conftest import Backend, Certs, Gateway, free_port
 from hostile import RawOutcome, assert_no_growth, backend_saw, fd_count, read_until_closed, rss_bytes, send_raw
 
 pytestmark = pytest.mark.e2e
@@ -289,6 +289,38 @@ def test_slow_body_connection_is_cut(plain_gw: Gateway) -> None:
     assert_json_refusal(out, (408,), "stalled body")
     assert b'"code":"request_timeout"' in out.body
     assert_still_serves(plain_gw)
+
+
+def test_a_client_that_takes_nothing_is_cut_counted_and_logged(ils_bin: Path, hostile_backend: Backend, certs: Certs,
+                                                               tmp_path: Path) -> None:
+    """A client that reads nothing of a response far larger than the socket buffers is cut after
+    `--client-stall-timeout` (1 s here), with its backend request; the gateway counts it
+    (`ils_connections_stalled_total{listener="http"}`) and its access line says `outcome=client_stalled`."""
+    from test_connection_caps import metric
+
+    metrics_port = free_port()
+    g = Gateway(ils_bin, "plain", hostile_backend, certs, tmp_path,
+                ["--client-stall-timeout", "1s", "--metrics", f"127.0.0.1:{metrics_port}"])
+    g.start()
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            s.connect(("127.0.0.1", g.port))
+            s.sendall(f"GET /bytes?size={256 * 1024 * 1024} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            # The event: the gateway's own count of the cut (its clock, not this test's, decides when).
+            deadline = time.monotonic() + CLOSE_BOUND_S * 3
+            while metric(metrics_port, "ils_connections_stalled_total", listener="http") != 1:
+                assert time.monotonic() < deadline, "the stalled client was never cut"
+                time.sleep(0.05)
+            g.wait_for_log("outcome=client_stalled")
+            # What was in flight drains, then the connection ends, far short of the body.
+            out = read_until_closed(s, deadline_s=CLOSE_BOUND_S * 3)
+        assert out.closed, f"the stalled client's connection stayed open: {out.describe()}"
+        assert out.status == 200 and len(out.data) < 256 * 1024 * 1024, out.describe()
+        assert g.full_log().count("outcome=client_stalled") == 1
+        assert_still_serves(g)
+    finally:
+        g.stop()
 
 
 # ------------------------------------------------------------------------------------------------------------------
